@@ -1,0 +1,110 @@
+//! A tiny echo server for test pods: every TCP, UDP and SCTP request is answered with
+//! `<name> peer=<source address>:<source port>`, so a test sees which backend answered and
+//! whether the source was masqueraded.
+//!
+//! Usage: verdict-echo NAME PORT [PORT...]   (each port is served over TCP, UDP and SCTP, on
+//! IPv4 and IPv6)
+
+use std::io::Write;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
+use std::thread;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: verdict-echo NAME PORT [PORT...]");
+        std::process::exit(64);
+    }
+    let name = args[1].clone();
+    let mut handles = Vec::new();
+    for port in &args[2..] {
+        let port: u16 = port.parse().unwrap_or_else(|_| {
+            eprintln!("verdict-echo: {port:?} is not a port");
+            std::process::exit(64)
+        });
+        for ip in [std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), std::net::IpAddr::V6(Ipv6Addr::UNSPECIFIED)] {
+            let addr = SocketAddr::new(ip, port);
+            handles.push(serve_tcp(name.clone(), addr));
+            handles.push(serve_udp(name.clone(), addr));
+            if let Some(h) = serve_sctp(name.clone(), addr) {
+                handles.push(h);
+            }
+        }
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+}
+
+fn v6only(addr: &SocketAddr) -> socket2::Socket {
+    let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, None).expect("socket");
+    if addr.is_ipv6() {
+        s.set_only_v6(true).expect("IPV6_V6ONLY");
+    }
+    s
+}
+
+fn serve_tcp(name: String, addr: SocketAddr) -> thread::JoinHandle<()> {
+    let s = v6only(&addr);
+    s.set_reuse_address(true).expect("SO_REUSEADDR");
+    s.bind(&addr.into()).unwrap_or_else(|e| panic!("bind tcp {addr}: {e}"));
+    s.listen(1024).expect("listen");
+    let listener: TcpListener = s.into();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let peer = conn.peer_addr().map(|p| p.to_string()).unwrap_or_default();
+            let mut conn = conn;
+            let _ = writeln!(conn, "{name} peer={}", bare(&peer));
+        }
+    })
+}
+
+fn serve_udp(name: String, addr: SocketAddr) -> thread::JoinHandle<()> {
+    let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
+    let s = socket2::Socket::new(domain, socket2::Type::DGRAM, None).expect("socket");
+    if addr.is_ipv6() {
+        s.set_only_v6(true).expect("IPV6_V6ONLY");
+    }
+    s.bind(&addr.into()).unwrap_or_else(|e| panic!("bind udp {addr}: {e}"));
+    let sock: UdpSocket = s.into();
+    thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((_, peer)) = sock.recv_from(&mut buf) {
+            let reply = format!("{name} peer={}\n", bare(&peer.to_string()));
+            let _ = sock.send_to(reply.as_bytes(), peer);
+        }
+    })
+}
+
+/// SCTP one-to-one sockets; `None` when the kernel has no SCTP.
+fn serve_sctp(name: String, addr: SocketAddr) -> Option<thread::JoinHandle<()>> {
+    let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::from(132))).ok()?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true).ok()?;
+    }
+    s.set_reuse_address(true).ok()?;
+    s.bind(&addr.into()).ok()?;
+    s.listen(128).ok()?;
+    Some(thread::spawn(move || {
+        loop {
+            let Ok((conn, peer)) = s.accept() else { break };
+            let peer = peer.as_socket().map(|p| p.to_string()).unwrap_or_default();
+            let reply = format!("{name} peer={}\n", bare(&peer));
+            let _ = (&conn).write(reply.as_bytes());
+            // Let the client read before the association goes away.
+            let mut buf = [0u8; 16];
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+            let _ = std::io::Read::read(&mut (&conn), &mut buf);
+        }
+    }))
+}
+
+/// `ip:port` without IPv6 brackets; the port is split off at the last colon.
+fn bare(peer: &str) -> String {
+    match peer.parse::<SocketAddr>() {
+        Ok(sa) => format!("{}:{}", sa.ip(), sa.port()),
+        Err(_) => peer.to_string(),
+    }
+}

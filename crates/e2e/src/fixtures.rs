@@ -1,0 +1,85 @@
+//! Small models for tests, built through the real model builder from source records.
+
+use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
+use verdict_model::{BuildOutput, Cidr, ProxyConfig, ProxyModel, build_model};
+
+/// A ClusterIP (or NodePort, when `node_port` is set) Service with one port.
+pub fn service(
+    ns: &str,
+    name: &str,
+    cluster_ips: &[&str],
+    protocol: &str,
+    port: i32,
+    node_port: Option<i32>,
+) -> Service {
+    Service {
+        namespace: ns.into(),
+        name: name.into(),
+        service_type: if node_port.is_some() { "NodePort".into() } else { "ClusterIP".into() },
+        cluster_ips: cluster_ips.iter().map(|s| s.to_string()).collect(),
+        ports: vec![ServicePortSpec { name: "p".into(), protocol: protocol.into(), port, node_port }],
+        ..Service::default()
+    }
+}
+
+/// A slice of ready endpoints for the single port "p" of a fixture Service.
+pub fn slice(
+    ns: &str,
+    service: &str,
+    family: &str,
+    protocol: &str,
+    port: i32,
+    addrs: &[&str],
+    node: &str,
+) -> EndpointSlice {
+    EndpointSlice {
+        namespace: ns.into(),
+        name: format!("{service}-{}", family.to_lowercase()),
+        service_name: service.into(),
+        address_type: family.into(),
+        ports: vec![EndpointPort { name: "p".into(), protocol: protocol.into(), port: Some(port) }],
+        endpoints: addrs
+            .iter()
+            .map(|a| Endpoint { addresses: vec![a.to_string()], node_name: Some(node.into()), ..Endpoint::default() })
+            .collect(),
+    }
+}
+
+/// The node `test-node` with the given InternalIPs.
+pub fn node(ips: &[&str]) -> Node {
+    Node {
+        name: "test-node".into(),
+        addresses: ips.iter().map(|ip| ("InternalIP".to_string(), ip.to_string())).collect(),
+        ..Node::default()
+    }
+}
+
+/// Builds a model for `test-node` with cluster CIDRs 10.0.0.0/8 and fd00:10::/64, failing on
+/// any problem.
+pub fn model(node: &Node, services: &[Service], slices: &[EndpointSlice]) -> ProxyModel {
+    let config = ProxyConfig {
+        cluster_cidrs: vec![Cidr::parse_tolerant("10.0.0.0/8").unwrap(), Cidr::parse_tolerant("fd00:10::/64").unwrap()],
+        ..ProxyConfig::default()
+    };
+    let BuildOutput { model, problems } = build_model(config, "test-node", Some(node), &[], services, slices);
+    assert!(problems.is_empty(), "fixture has problems: {problems:?}");
+    model
+}
+
+/// A dual-stack model with ClusterIP, NodePort, UDP, no-endpoint and IPv6 Services.
+pub fn mixed() -> ProxyModel {
+    let n = node(&["192.168.0.2", "2001:db8::2"]);
+    let services = vec![
+        service("ns1", "web", &["172.30.0.41"], "TCP", 80, None),
+        service("ns2", "np", &["172.30.0.42"], "TCP", 80, Some(30080)),
+        service("ns3", "none", &["172.30.0.43"], "TCP", 80, Some(30081)),
+        service("ns4", "dns", &["172.30.0.44", "fd00:10:96::44"], "UDP", 53, None),
+    ];
+    let slices = vec![
+        slice("ns1", "web", "IPv4", "TCP", 8080, &["10.180.0.1", "10.180.1.1"], "test-node"),
+        slice("ns2", "np", "IPv4", "TCP", 80, &["10.180.0.2"], "test-node"),
+        slice("ns4", "dns", "IPv4", "UDP", 5353, &["10.180.0.3", "10.180.0.4", "10.180.1.5"], "other"),
+        slice("ns4", "dns", "IPv6", "UDP", 5353, &["fd00:10::3"], "test-node"),
+    ];
+    model(&n, &services, &slices)
+}

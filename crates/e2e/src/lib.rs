@@ -1,0 +1,13 @@
+//! verdict's test harness: network namespaces the tests create and always remove, echo
+//! servers that answer with their own name, and clients that report who answered.
+//!
+//! Nothing here touches the host's own network: every link, address, route, sysctl and
+//! nftables table lives in a namespace created by the harness, and traffic only goes to
+//! addresses inside those namespaces.
+
+pub mod dataplane;
+pub mod fixtures;
+pub mod netns;
+pub mod privilege;
+pub mod probe;
+pub mod topology;

@@ -1,0 +1,437 @@
+//! Building the model from source records: validation, then Kubernetes semantics.
+
+use crate::endpoints::{SelectionInput, select};
+use crate::net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
+use crate::problem::{ObjectKind, ObjectRef, Problem};
+use crate::source;
+use crate::types::{Endpoint, EndpointTarget, NodeFacts, ProxyConfig, ProxyModel, ServicePort, ServicePortName};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// The label that hands a Service to another proxy; kube-proxy (and verdict) skip such Services.
+pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+/// The label that marks headless Services created without a ClusterIP.
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+/// The zone label of Nodes.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The default `sessionAffinityConfig.clientIP.timeoutSeconds` (3 hours).
+pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10800;
+
+/// A built model and the problems found on the way.
+#[derive(Clone, Debug, Default)]
+pub struct BuildOutput {
+    /// The model, with every bad part left out.
+    pub model: ProxyModel,
+    /// What was left out, and why.
+    pub problems: Vec<Problem>,
+}
+
+/// Builds the model for node `node_name`.
+///
+/// `node` is that Node's object when it is known; `local_addresses` are addresses the agent found
+/// on the node's interfaces (empty when rendering offline).
+pub fn build_model(
+    config: ProxyConfig,
+    node_name: &str,
+    node: Option<&source::Node>,
+    local_addresses: &[IpAddr],
+    services: &[source::Service],
+    slices: &[source::EndpointSlice],
+) -> BuildOutput {
+    let mut problems = Vec::new();
+    let node = node_facts(node_name, node, local_addresses, &mut problems);
+    let mut model = ProxyModel { node, config, services: BTreeMap::new() };
+    let families = model.families();
+
+    let mut slices_by_service: BTreeMap<(&str, &str), Vec<&source::EndpointSlice>> = BTreeMap::new();
+    for slice in slices {
+        if slice.service_name.is_empty() {
+            continue; // not managed for a Service (no kubernetes.io/service-name label)
+        }
+        slices_by_service.entry((slice.namespace.as_str(), slice.service_name.as_str())).or_default().push(slice);
+    }
+
+    let mut sorted: Vec<&source::Service> = services.iter().collect();
+    sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut claims = Claims::default();
+    for svc in sorted {
+        let svc_slices =
+            slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
+        for mut port in build_service(&model.node, &families, svc, svc_slices, &mut problems) {
+            claims.claim(&mut port, &mut problems);
+            model.services.insert(port.name.clone(), port);
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    BuildOutput { model, problems }
+}
+
+fn node_facts(
+    name: &str,
+    node: Option<&source::Node>,
+    local_addresses: &[IpAddr],
+    problems: &mut Vec<Problem>,
+) -> NodeFacts {
+    let mut facts = NodeFacts { name: name.to_string(), ..NodeFacts::default() };
+    facts.addresses.extend(local_addresses);
+    let Some(node) = node else {
+        return facts;
+    };
+    let object = ObjectRef::new(ObjectKind::Node, "", &node.name);
+    let mut parsed: Vec<(&str, IpAddr)> = Vec::new();
+    for (kind, addr) in &node.addresses {
+        if kind != "InternalIP" && kind != "ExternalIP" {
+            continue;
+        }
+        match parse_ip_tolerant(addr) {
+            Some(ip) => parsed.push((kind, ip)),
+            None => problems.push(Problem::new(
+                object.clone(),
+                "InvalidNodeAddress",
+                format!("{kind} {addr:?} is not an IP address"),
+            )),
+        }
+    }
+    // The primary IP of a family is its first InternalIP, or failing that its first ExternalIP.
+    for family in IpFamily::ALL {
+        let of_kind = |kind: &str| parsed.iter().find(|(k, ip)| *k == kind && IpFamily::of(ip) == family).map(|p| p.1);
+        if let Some(ip) = of_kind("InternalIP").or_else(|| of_kind("ExternalIP")) {
+            facts.primary_ips.push(ip);
+        }
+    }
+    facts.addresses.extend(parsed.iter().map(|p| p.1));
+    facts.addresses.sort();
+    facts.addresses.dedup();
+    facts.zone = node.labels.get(ZONE_LABEL).cloned();
+    for cidr in &node.pod_cidrs {
+        match Cidr::parse_tolerant(cidr) {
+            Some(c) => facts.pod_cidrs.push(c),
+            None => {
+                problems.push(Problem::new(object.clone(), "InvalidPodCIDR", format!("podCIDR {cidr:?} is not a CIDR")))
+            }
+        }
+    }
+    facts
+}
+
+/// Records problems about one object.
+struct Reporter<'a> {
+    object: ObjectRef,
+    problems: &'a mut Vec<Problem>,
+}
+
+impl Reporter<'_> {
+    fn report(&mut self, reason: &'static str, message: String) {
+        self.problems.push(Problem::new(self.object.clone(), reason, message));
+    }
+}
+
+fn traffic_policy(raw: &str, field: &str, r: &mut Reporter<'_>) -> bool {
+    match raw {
+        "" | "Cluster" => false,
+        "Local" => true,
+        other => {
+            r.report("InvalidTrafficPolicy", format!("{field} {other:?} is neither Cluster nor Local"));
+            false
+        }
+    }
+}
+
+fn parse_addresses(
+    raws: impl IntoIterator<Item = String>,
+    families: &[IpFamily],
+    what: &str,
+    reason: &'static str,
+    r: &mut Reporter<'_>,
+) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for raw in raws {
+        match parse_ip_tolerant(&raw) {
+            // An address of a family this node does not program is the other half of a
+            // dual-stack Service: not an error.
+            Some(ip) if families.contains(&IpFamily::of(&ip)) => {
+                if !out.contains(&ip) {
+                    out.push(ip);
+                }
+            }
+            Some(_) => {}
+            None => r.report(reason, format!("{what} {raw:?} is not an IP address")),
+        }
+    }
+    out
+}
+
+/// Builds the ports of one Service; problems are recorded and the bad parts dropped.
+fn build_service(
+    node: &NodeFacts,
+    families: &[IpFamily],
+    svc: &source::Service,
+    slices: &[&source::EndpointSlice],
+    problems: &mut Vec<Problem>,
+) -> Vec<ServicePort> {
+    let mut r = Reporter { object: ObjectRef::new(ObjectKind::Service, &svc.namespace, &svc.name), problems };
+    let service_type = if svc.service_type.is_empty() { "ClusterIP" } else { &svc.service_type };
+    if service_type == "ExternalName" || svc.labels.contains_key(SERVICE_PROXY_NAME_LABEL) {
+        return Vec::new();
+    }
+    if !matches!(service_type, "ClusterIP" | "NodePort" | "LoadBalancer") {
+        r.report("InvalidServiceType", format!("unknown type {service_type:?}"));
+        return Vec::new();
+    }
+    if svc.cluster_ips.iter().all(|ip| ip.is_empty() || ip == "None") {
+        return Vec::new(); // headless: DNS only, nothing to proxy
+    }
+    let cluster_ips = parse_addresses(svc.cluster_ips.clone(), families, "clusterIP", "InvalidClusterIP", &mut r);
+    if cluster_ips.is_empty() {
+        let families: Vec<String> = families.iter().map(|f| f.to_string()).collect();
+        r.report(
+            "NoUsableClusterIP",
+            format!("no clusterIP of {:?} belongs to this node's families ({})", svc.cluster_ips, families.join(", ")),
+        );
+        return Vec::new();
+    }
+    let external_ips = parse_addresses(svc.external_ips.clone(), families, "externalIP", "InvalidExternalIP", &mut r);
+    let load_balancer_ips = if service_type == "LoadBalancer" {
+        let captured = svc
+            .load_balancer_ingress
+            .iter()
+            // ipMode Proxy: the load balancer proxies the traffic itself, so the address must
+            // reach the node unchanged.
+            .filter(|ing| !ing.ip.is_empty() && ing.ip_mode.as_deref() != Some("Proxy"))
+            .map(|ing| ing.ip.clone());
+        parse_addresses(captured, families, "load balancer ingress IP", "InvalidLoadBalancerIP", &mut r)
+    } else {
+        Vec::new()
+    };
+    let mut source_ranges = Vec::new();
+    for raw in &svc.load_balancer_source_ranges {
+        match Cidr::parse_tolerant(raw) {
+            Some(c) => source_ranges.push(c),
+            None => r.report("InvalidSourceRange", format!("loadBalancerSourceRange {raw:?} is not a CIDR")),
+        }
+    }
+    let external_policy_local = traffic_policy(&svc.external_traffic_policy, "externalTrafficPolicy", &mut r)
+        && (service_type != "ClusterIP" || !external_ips.is_empty());
+    let internal_policy_local = traffic_policy(&svc.internal_traffic_policy, "internalTrafficPolicy", &mut r);
+    let affinity_timeout = match svc.session_affinity.as_str() {
+        "" | "None" => None,
+        "ClientIP" => match svc.session_affinity_timeout_seconds {
+            None => Some(DEFAULT_AFFINITY_TIMEOUT),
+            Some(t) if (1..=86400).contains(&t) => Some(t as u32),
+            Some(t) => {
+                r.report(
+                    "InvalidAffinityTimeout",
+                    format!("session affinity timeout {t}s is outside 1..86400; using {DEFAULT_AFFINITY_TIMEOUT}s"),
+                );
+                Some(DEFAULT_AFFINITY_TIMEOUT)
+            }
+        },
+        other => {
+            r.report("InvalidSessionAffinity", format!("sessionAffinity {other:?} is neither None nor ClientIP"));
+            None
+        }
+    };
+    let health_check_node_port = match svc.health_check_node_port {
+        Some(p) if service_type == "LoadBalancer" && external_policy_local => {
+            match u16::try_from(p).ok().filter(|p| *p > 0) {
+                Some(p) => Some(p),
+                None => {
+                    r.report("InvalidPort", format!("healthCheckNodePort {p} is not a port number"));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+
+    let mut ports = Vec::new();
+    let mut seen = BTreeSet::new();
+    for spec in &svc.ports {
+        let Some(protocol) = Protocol::parse_k8s(&spec.protocol) else {
+            r.report("InvalidProtocol", format!("port {:?} has unsupported protocol {:?}", spec.name, spec.protocol));
+            continue;
+        };
+        let Some(port) = u16::try_from(spec.port).ok().filter(|p| *p > 0) else {
+            r.report("InvalidPort", format!("port {:?} has impossible number {}", spec.name, spec.port));
+            continue;
+        };
+        let node_port = match spec.node_port {
+            Some(np) if service_type != "ClusterIP" => match u16::try_from(np).ok().filter(|p| *p > 0) {
+                Some(np) => Some(np),
+                None => {
+                    r.report("InvalidPort", format!("port {:?} has impossible nodePort {np}", spec.name));
+                    continue;
+                }
+            },
+            _ => None,
+        };
+        if !seen.insert((spec.name.clone(), protocol)) {
+            r.report("DuplicatePort", format!("port {:?}/{protocol} is listed twice", spec.name));
+            continue;
+        }
+        let name = ServicePortName::new(&svc.namespace, &svc.name, &spec.name, protocol);
+        let endpoints = collect_endpoints(node, families, &name, slices, r.problems);
+        let mut port = ServicePort {
+            name,
+            port,
+            cluster_ips: cluster_ips.clone(),
+            node_port,
+            external_ips: external_ips.clone(),
+            load_balancer_ips: load_balancer_ips.clone(),
+            source_ranges: source_ranges.clone(),
+            external_policy_local,
+            internal_policy_local,
+            affinity_timeout,
+            health_check_node_port,
+            endpoints,
+            v4: Default::default(),
+            v6: Default::default(),
+        };
+        select_endpoints(node, &mut port);
+        ports.push(port);
+    }
+    ports
+}
+
+fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
+    let input = SelectionInput {
+        node_name: &node.name,
+        node_zone: node.zone.as_deref(),
+        internal_policy_local: port.internal_policy_local,
+        external_policy_local: port.external_policy_local,
+        externally_accessible: port.externally_accessible(),
+    };
+    for family in IpFamily::ALL {
+        let of_family: Vec<Endpoint> =
+            port.endpoints.iter().filter(|ep| IpFamily::of(&ep.target.addr) == family).cloned().collect();
+        let selection = select(&of_family, &input);
+        match family {
+            IpFamily::V4 => port.v4 = selection,
+            IpFamily::V6 => port.v6 = selection,
+        }
+    }
+}
+
+/// The endpoints of one Service port from its EndpointSlices.
+fn collect_endpoints(
+    node: &NodeFacts,
+    families: &[IpFamily],
+    name: &ServicePortName,
+    slices: &[&source::EndpointSlice],
+    problems: &mut Vec<Problem>,
+) -> Vec<Endpoint> {
+    let mut by_target: BTreeMap<EndpointTarget, Endpoint> = BTreeMap::new();
+    for slice in slices {
+        let mut r = Reporter {
+            object: ObjectRef::new(ObjectKind::EndpointSlice, &slice.namespace, &slice.name),
+            problems: &mut *problems,
+        };
+        let family = match slice.address_type.as_str() {
+            "IPv4" => IpFamily::V4,
+            "IPv6" => IpFamily::V6,
+            "FQDN" => continue,
+            other => {
+                r.report("InvalidAddressType", format!("addressType {other:?} is not IPv4, IPv6 or FQDN"));
+                continue;
+            }
+        };
+        if !families.contains(&family) {
+            r.report(
+                "UnsupportedAddressFamily",
+                format!("{family} endpoints cannot be programmed on a node without {family} addresses"),
+            );
+            continue;
+        }
+        for slice_port in &slice.ports {
+            let protocol = Protocol::parse_k8s(&slice_port.protocol);
+            if slice_port.name != name.port || protocol != Some(name.protocol) {
+                continue;
+            }
+            let Some(port) = slice_port.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p > 0) else {
+                r.report(
+                    "InvalidPort",
+                    format!("port {:?} has impossible number {:?}", slice_port.name, slice_port.port),
+                );
+                continue;
+            };
+            for ep in &slice.endpoints {
+                let Some(raw) = ep.addresses.first() else { continue };
+                let addr = match parse_ip_tolerant(raw) {
+                    Some(addr) if IpFamily::of(&addr) == family => addr,
+                    Some(_) => {
+                        r.report(
+                            "InvalidEndpointAddress",
+                            format!("address {raw:?} is not {family} as the slice's addressType says"),
+                        );
+                        continue;
+                    }
+                    None => {
+                        r.report("InvalidEndpointAddress", format!("address {raw:?} is not an IP address"));
+                        continue;
+                    }
+                };
+                let ready = ep.ready.unwrap_or(true);
+                let target = EndpointTarget { addr, port };
+                by_target.entry(target).or_insert_with(|| Endpoint {
+                    target,
+                    ready,
+                    serving: ep.serving.unwrap_or(ready),
+                    terminating: ep.terminating.unwrap_or(false),
+                    is_local: ep.node_name.as_deref() == Some(node.name.as_str()),
+                    zone_hints: ep.zone_hints.clone().unwrap_or_default(),
+                    node_hints: ep.node_hints.clone().unwrap_or_default(),
+                });
+            }
+        }
+    }
+    by_target.into_values().collect()
+}
+
+/// Which Service port owns each address, port and protocol, so that two Services can never
+/// claim the same traffic: the first in (namespace, name) order keeps it, the other is told.
+#[derive(Default)]
+struct Claims {
+    addresses: BTreeMap<(IpAddr, Protocol, u16), ServicePortName>,
+    node_ports: BTreeMap<(Protocol, u16), ServicePortName>,
+}
+
+impl Claims {
+    fn claim(&mut self, port: &mut ServicePort, problems: &mut Vec<Problem>) {
+        let owner = port.name.clone();
+        let object = ObjectRef::new(ObjectKind::Service, &owner.namespace, &owner.name);
+        let protocol = owner.protocol;
+        let mut lost = |what: &str, other: &ServicePortName| {
+            problems.push(Problem::new(
+                object.clone(),
+                "AddressConflict",
+                format!("{what} is already used by {other}; left out of {owner}"),
+            ));
+        };
+        let addresses = &mut self.addresses;
+        let mut keep = |ip: &IpAddr, kind: &str| match addresses.get(&(*ip, protocol, port.port)) {
+            Some(other) if *other != owner => {
+                lost(&format!("{kind} {ip} {protocol}/{}", port.port), other);
+                false
+            }
+            _ => {
+                addresses.insert((*ip, protocol, port.port), owner.clone());
+                true
+            }
+        };
+        port.cluster_ips.retain(|ip| keep(ip, "clusterIP"));
+        port.external_ips.retain(|ip| keep(ip, "externalIP"));
+        port.load_balancer_ips.retain(|ip| keep(ip, "load balancer IP"));
+        if let Some(np) = port.node_port {
+            match self.node_ports.get(&(protocol, np)) {
+                Some(other) if *other != owner => {
+                    lost(&format!("nodePort {protocol}/{np}"), other);
+                    port.node_port = None;
+                }
+                _ => {
+                    self.node_ports.insert((protocol, np), owner.clone());
+                }
+            }
+        }
+    }
+}

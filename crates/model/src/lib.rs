@@ -1,0 +1,26 @@
+//! verdict's model: the one contract between the controller (which watches Kubernetes) and the
+//! nftables programmer.
+//!
+//! The controller turns Kubernetes objects into [`source`] records (plain strings, exactly as the
+//! API server holds them). [`ProxyModel::build`] validates them and applies Kubernetes Service
+//! semantics, so that the nftables side only ever sees clean, already-decided facts: which
+//! addresses a Service answers on, and which endpoints each kind of traffic may reach.
+//!
+//! No I/O, no Kubernetes client, no netlink: everything here is a pure function of its inputs.
+
+mod build;
+mod endpoints;
+mod net;
+mod problem;
+pub mod source;
+mod types;
+
+pub use build::{
+    BuildOutput, DEFAULT_AFFINITY_TIMEOUT, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ZONE_LABEL, build_model,
+};
+pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
+pub use problem::{ObjectKind, ObjectRef, Problem};
+pub use types::{
+    DetectLocal, Endpoint, EndpointTarget, NodeFacts, NodePortAddresses, ProxyConfig, ProxyModel, ServicePort,
+    ServicePortName,
+};

@@ -1,0 +1,245 @@
+//! Address families, protocols and CIDRs, parsed the tolerant way Kubernetes needs.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+/// An IP address family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum IpFamily {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+impl IpFamily {
+    /// Both families, IPv4 first.
+    pub const ALL: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
+
+    /// The family of an address.
+    pub fn of(addr: &IpAddr) -> IpFamily {
+        match addr {
+            IpAddr::V4(_) => IpFamily::V4,
+            IpAddr::V6(_) => IpFamily::V6,
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        })
+    }
+}
+
+/// A transport protocol a Service port can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Protocol {
+    /// TCP (IP protocol 6).
+    Tcp,
+    /// UDP (IP protocol 17).
+    Udp,
+    /// SCTP (IP protocol 132).
+    Sctp,
+}
+
+impl Protocol {
+    /// All protocols, in IP protocol number order.
+    pub const ALL: [Protocol; 3] = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
+
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
+
+    /// The protocol with this IP protocol number, if it is one a Service can use.
+    pub fn from_number(n: u8) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.number() == n)
+    }
+
+    /// The lower-case name nft and kube-proxy chain names use.
+    pub fn lower(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+
+    /// Parses the Kubernetes spelling (`TCP`, `UDP`, `SCTP`); an empty string means TCP.
+    pub fn parse_k8s(s: &str) -> Option<Protocol> {
+        match s {
+            "" | "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.lower())
+    }
+}
+
+/// Parses an IP address the way kube-proxy does: surrounding spaces are ignored and IPv4 octets
+/// may carry leading zeros (`172.30.0.041` is `172.30.0.41`, never octal).
+pub fn parse_ip_tolerant(s: &str) -> Option<IpAddr> {
+    let s = s.trim();
+    if let Ok(ip) = IpAddr::from_str(s) {
+        return Some(ip);
+    }
+    let octets: Vec<&str> = s.split('.').collect();
+    if octets.len() != 4 {
+        return None;
+    }
+    let mut bytes = [0u8; 4];
+    for (slot, octet) in bytes.iter_mut().zip(octets) {
+        if octet.is_empty() || octet.len() > 3 || !octet.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *slot = octet.parse().ok()?;
+    }
+    Some(IpAddr::V4(Ipv4Addr::from(bytes)))
+}
+
+/// An IP network in canonical form (host bits cleared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// A network from an address and prefix length; host bits are cleared.
+    /// Returns `None` when the prefix is longer than the address.
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<Cidr> {
+        let max = match addr {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        };
+        if prefix > max {
+            return None;
+        }
+        let addr = match addr {
+            IpAddr::V4(a) => {
+                let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+            }
+        };
+        Some(Cidr { addr, prefix })
+    }
+
+    /// A single-address network (`/32` or `/128`).
+    pub fn host(addr: IpAddr) -> Cidr {
+        let prefix = match addr {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        };
+        Cidr { addr, prefix }
+    }
+
+    /// Parses `a.b.c.d/n` or `x::/n`, tolerating spaces and leading zeros as kube-proxy does
+    /// (`203.0.113.000/025` is `203.0.113.0/25`). A bare address is a host network.
+    pub fn parse_tolerant(s: &str) -> Option<Cidr> {
+        let s = s.trim();
+        match s.split_once('/') {
+            None => parse_ip_tolerant(s).map(Cidr::host),
+            Some((addr, len)) => {
+                let addr = parse_ip_tolerant(addr)?;
+                let len = len.trim();
+                if len.is_empty() || len.len() > 3 || !len.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                Cidr::new(addr, len.parse().ok()?)
+            }
+        }
+    }
+
+    /// The network address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// The address family.
+    pub fn family(&self) -> IpFamily {
+        IpFamily::of(&self.addr)
+    }
+
+    /// Whether `ip` lies inside this network.
+    pub fn contains(&self, ip: &IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
+                Cidr::new(*ip, self.prefix).map(|c| c.addr) == Some(self.addr)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Cidr, String> {
+        Cidr::parse_tolerant(s).ok_or_else(|| format!("invalid CIDR {s:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerant_ip_parsing_matches_kube_proxy() {
+        assert_eq!(parse_ip_tolerant(" 172.30.0.041 "), Some("172.30.0.41".parse().unwrap()));
+        assert_eq!(parse_ip_tolerant("fd00::1"), Some("fd00::1".parse().unwrap()));
+        assert_eq!(parse_ip_tolerant("1.2.3"), None);
+        assert_eq!(parse_ip_tolerant("1.2.3.256"), None);
+        assert_eq!(parse_ip_tolerant("1.2.3.-1"), None);
+    }
+
+    #[test]
+    fn cidrs_are_canonical_and_tolerant() {
+        let c = Cidr::parse_tolerant("203.0.113.000/025").unwrap();
+        assert_eq!(c.to_string(), "203.0.113.0/25");
+        assert_eq!(Cidr::parse_tolerant("10.1.2.3/8").unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!(Cidr::parse_tolerant("fd00:10::5/64").unwrap().to_string(), "fd00:10::/64");
+        assert!(Cidr::parse_tolerant("10.0.0.0/33").is_none());
+        assert!(c.contains(&"203.0.113.2".parse().unwrap()));
+        assert!(!c.contains(&"203.0.113.130".parse().unwrap()));
+        assert!(!c.contains(&"fd00::1".parse().unwrap()));
+        assert_eq!(Cidr::parse_tolerant("10.0.0.1").unwrap().prefix(), 32);
+    }
+
+    #[test]
+    fn protocols_round_trip() {
+        for p in Protocol::ALL {
+            assert_eq!(Protocol::from_number(p.number()), Some(p));
+        }
+        assert_eq!(Protocol::parse_k8s(""), Some(Protocol::Tcp));
+        assert_eq!(Protocol::parse_k8s("tcp"), None);
+    }
+}

@@ -1,0 +1,249 @@
+//! The model itself: what every Service port answers on, and where its traffic may go.
+
+use crate::net::{Cidr, IpFamily, Protocol};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+/// Everything the nftables side needs to program one node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProxyModel {
+    /// Facts about the node being programmed.
+    pub node: NodeFacts,
+    /// Configuration that shapes the rules.
+    pub config: ProxyConfig,
+    /// One entry per (namespace, Service, port name, protocol).
+    pub services: BTreeMap<ServicePortName, ServicePort>,
+}
+
+impl ProxyModel {
+    /// The families this node programs: those of its primary addresses, or both when the node
+    /// has none (for example when the Node object is not known yet).
+    pub fn families(&self) -> Vec<IpFamily> {
+        let mut families: Vec<IpFamily> = self.node.primary_ips.iter().map(IpFamily::of).collect();
+        families.sort();
+        families.dedup();
+        if families.is_empty() { IpFamily::ALL.to_vec() } else { families }
+    }
+
+    /// The node addresses that accept NodePort traffic, in order.
+    pub fn nodeport_ips(&self) -> Vec<IpAddr> {
+        let mut ips: Vec<IpAddr> = match &self.config.nodeport_addresses {
+            NodePortAddresses::Primary => self.node.primary_ips.clone(),
+            NodePortAddresses::Cidrs(cidrs) => self
+                .node
+                .addresses
+                .iter()
+                .filter(|ip| !ip.is_loopback() && cidrs.iter().any(|c| c.contains(ip)))
+                .copied()
+                .collect(),
+        };
+        ips.sort();
+        ips.dedup();
+        ips
+    }
+
+    /// The cluster CIDR of a family, used to tell pod traffic from everything else.
+    pub fn cluster_cidr(&self, family: IpFamily) -> Option<Cidr> {
+        self.config.cluster_cidrs.iter().find(|c| c.family() == family).copied()
+    }
+}
+
+/// Facts about the node being programmed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// The Node's name (`--hostname-override` or the host name).
+    pub name: String,
+    /// The first InternalIP of each family, from the Node's `status.addresses`.
+    pub primary_ips: Vec<IpAddr>,
+    /// Every address known to belong to the node: its Node `status.addresses` and, when the
+    /// agent runs on the node, the addresses of its interfaces.
+    pub addresses: Vec<IpAddr>,
+    /// The `topology.kubernetes.io/zone` label.
+    pub zone: Option<String>,
+    /// `spec.podCIDRs`.
+    pub pod_cidrs: Vec<Cidr>,
+}
+
+/// Which node addresses accept NodePort traffic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NodePortAddresses {
+    /// The node's primary IPs (upstream's nftables default, `primary`).
+    #[default]
+    Primary,
+    /// Every node address inside one of these networks.
+    Cidrs(Vec<Cidr>),
+}
+
+/// How traffic from pods is told apart from other traffic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum DetectLocal {
+    /// Pods are the sources inside `--cluster-cidr` (upstream's default).
+    #[default]
+    ClusterCidr,
+}
+
+/// Configuration that shapes the rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// `--cluster-cidr`: at most one network per family.
+    pub cluster_cidrs: Vec<Cidr>,
+    /// `--nodeport-addresses`.
+    pub nodeport_addresses: NodePortAddresses,
+    /// `--masquerade-all`: masquerade every packet sent to a ClusterIP.
+    pub masquerade_all: bool,
+    /// The packet-mark bit that asks for masquerading (upstream default 14, i.e. `0x4000`).
+    pub masquerade_bit: u8,
+    /// How pod traffic is recognised.
+    pub detect_local: DetectLocal,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            cluster_cidrs: Vec::new(),
+            nodeport_addresses: NodePortAddresses::Primary,
+            masquerade_all: false,
+            masquerade_bit: 14,
+            detect_local: DetectLocal::ClusterCidr,
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// The masquerade mark as a bit mask.
+    pub fn masquerade_mark(&self) -> u32 {
+        1u32 << self.masquerade_bit
+    }
+}
+
+/// Identifies one port of one Service, as kube-proxy does.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServicePortName {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// The port's name ("" for a single unnamed port).
+    pub port: String,
+    /// The port's protocol.
+    pub protocol: Protocol,
+}
+
+impl ServicePortName {
+    /// A service port name.
+    pub fn new(namespace: &str, name: &str, port: &str, protocol: Protocol) -> Self {
+        ServicePortName { namespace: namespace.to_string(), name: name.to_string(), port: port.to_string(), protocol }
+    }
+}
+
+impl fmt::Display for ServicePortName {
+    /// `namespace/name:port`, or `namespace/name` for an unnamed port: upstream's spelling,
+    /// used in nft comments.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)?;
+        if !self.port.is_empty() {
+            write!(f, ":{}", self.port)?;
+        }
+        Ok(())
+    }
+}
+
+/// An endpoint address and port traffic can be DNATed to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EndpointTarget {
+    /// The endpoint's address.
+    pub addr: IpAddr,
+    /// The endpoint's port for this Service port.
+    pub port: u16,
+}
+
+/// One endpoint of a Service port, as its EndpointSlice describes it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// Address and port.
+    pub target: EndpointTarget,
+    /// `conditions.ready`.
+    pub ready: bool,
+    /// `conditions.serving`.
+    pub serving: bool,
+    /// `conditions.terminating`.
+    pub terminating: bool,
+    /// Whether the endpoint runs on this node.
+    pub is_local: bool,
+    /// Zones this endpoint is hinted for (empty: no hints).
+    pub zone_hints: Vec<String>,
+    /// Nodes this endpoint is hinted for (empty: no hints).
+    pub node_hints: Vec<String>,
+}
+
+/// The endpoints each kind of traffic may reach, for one address family. Kubernetes semantics
+/// (readiness, terminating fallback, topology hints, Local policies) are already applied.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointSelection {
+    /// The endpoints used by traffic under the Cluster policy (sorted).
+    pub cluster: Vec<EndpointTarget>,
+    /// The endpoints used by traffic under a Local policy (sorted).
+    pub local: Vec<EndpointTarget>,
+    /// Whether any endpoint anywhere can serve: if not, every address of the Service rejects.
+    pub has_any: bool,
+}
+
+/// One port of one Service, with everything decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServicePort {
+    /// Which Service port this is.
+    pub name: ServicePortName,
+    /// The Service port number.
+    pub port: u16,
+    /// The ClusterIPs (one per family at most).
+    pub cluster_ips: Vec<IpAddr>,
+    /// The allocated NodePort.
+    pub node_port: Option<u16>,
+    /// `spec.externalIPs`.
+    pub external_ips: Vec<IpAddr>,
+    /// Load balancer ingress IPs that kube-proxy must capture (not `ipMode: Proxy`).
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// `spec.loadBalancerSourceRanges`.
+    pub source_ranges: Vec<Cidr>,
+    /// `externalTrafficPolicy: Local`.
+    pub external_policy_local: bool,
+    /// `internalTrafficPolicy: Local`.
+    pub internal_policy_local: bool,
+    /// `sessionAffinity: ClientIP` timeout in seconds.
+    pub affinity_timeout: Option<u32>,
+    /// `spec.healthCheckNodePort`.
+    pub health_check_node_port: Option<u16>,
+    /// Every endpoint from the Service's EndpointSlices, both families, sorted.
+    pub endpoints: Vec<Endpoint>,
+    /// The endpoint choice for IPv4 traffic.
+    pub v4: EndpointSelection,
+    /// The endpoint choice for IPv6 traffic.
+    pub v6: EndpointSelection,
+}
+
+impl ServicePort {
+    /// The endpoint choice for a family.
+    pub fn selection(&self, family: IpFamily) -> &EndpointSelection {
+        match family {
+            IpFamily::V4 => &self.v4,
+            IpFamily::V6 => &self.v6,
+        }
+    }
+
+    /// The protocol of this port.
+    pub fn protocol(&self) -> Protocol {
+        self.name.protocol
+    }
+
+    /// The ClusterIP of a family, if the Service has one.
+    pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
+        self.cluster_ips.iter().find(|ip| IpFamily::of(ip) == family).copied()
+    }
+
+    /// Whether traffic can reach this port from outside the cluster network
+    /// (a NodePort, an external IP or a load balancer IP).
+    pub fn externally_accessible(&self) -> bool {
+        self.node_port.is_some() || !self.external_ips.is_empty() || !self.load_balancer_ips.is_empty()
+    }
+}

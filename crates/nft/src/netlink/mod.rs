@@ -1,0 +1,567 @@
+//! Talking to the kernel: one transaction per batch, sent with one system call.
+//!
+//! The rules measured on this kernel (docs/design.md, "Netlink") are all here: the batch goes
+//! out in ONE send so that it commits atomically; socket buffers are sized to the batch; only
+//! the batch end asks for an acknowledgement, so a 10^6-element batch does not flood the
+//! receive queue with acks; the batch begin carries the generation id the transaction was
+//! planned against, and an ERESTART (someone else committed first) is retried; element lists
+//! are split below the 64 KiB attribute limit. A transaction the kernel refuses changes
+//! nothing, and the error names the operation, the object and the errno.
+
+mod glue;
+pub(crate) mod wire;
+
+use crate::low::LowRule;
+use crate::lower::{lower, verdict_data};
+use crate::ruleset::{Blob, DataSpec, Elem, ElemData, SetDecl, concat_len, concat_type_id};
+use crate::transaction::{Op, Transaction};
+use glue::{ChainWire, ElemWire, RuleWire, Scratch, SetWire, Socket};
+pub(crate) use glue::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, NFT_MSG_GETTABLE};
+use nix::errno::Errno;
+use std::io;
+use std::time::Instant;
+
+/// What went wrong talking to the kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    /// No socket (no CAP_NET_ADMIN, or nf_tables missing).
+    #[error("cannot open a netfilter netlink socket: {0}")]
+    Open(#[source] io::Error),
+    /// Sending or receiving failed.
+    #[error("netlink I/O failed: {0}")]
+    Io(#[source] io::Error),
+    /// The kernel refused the transaction; nothing was applied.
+    #[error("the kernel refused operation {index} ({op}): {errno}{detail}{more}",
+        detail = detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default(),
+        more = if *others > 0 { format!("; {others} more operation(s) failed") } else { String::new() })]
+    Rejected {
+        /// Index of the first failed operation in the transaction.
+        index: usize,
+        /// What the operation did, to which object.
+        op: String,
+        /// The kernel's error.
+        errno: Errno,
+        /// The kernel's extended-ack message, if any.
+        detail: Option<String>,
+        /// How many other operations failed too.
+        others: usize,
+    },
+    /// Other programs kept committing between our reads and our batch.
+    #[error("nftables kept changing under us (generation id moved) for {0} attempts")]
+    Busy(u32),
+    /// Replies were lost, so whether the transaction committed is unknown.
+    #[error("lost netlink replies ({0}); the table must be re-read")]
+    LostReplies(String),
+    /// A reply made no sense.
+    #[error("unexpected netlink reply: {0}")]
+    Protocol(String),
+}
+
+/// What a committed transaction cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Netlink messages in the batch (begin and end included).
+    pub messages: usize,
+    /// Bytes sent.
+    pub bytes: usize,
+    /// Attempts refused with ERESTART before the one that committed.
+    pub retries: u32,
+    /// Time spent in the kernel's send (the kernel processes the batch inside it), microseconds.
+    pub kernel_us: u64,
+}
+
+/// An encoded transaction: message bodies and which operation each message belongs to.
+pub struct EncodedBatch {
+    body: Vec<u8>,
+    /// For message i of the body (sequence number first_seq + i): the operation's index.
+    op_of_message: Vec<usize>,
+    descriptions: Vec<String>,
+}
+
+impl EncodedBatch {
+    /// Size of the message bodies in bytes.
+    pub fn len(&self) -> usize {
+        self.body.len()
+    }
+
+    /// Whether the batch holds no messages.
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty()
+    }
+
+    /// Number of messages (without begin and end).
+    pub fn messages(&self) -> usize {
+        self.op_of_message.len()
+    }
+}
+
+/// Set flags (NFT_SET_*).
+const SET_ANONYMOUS: u32 = 0x1;
+const SET_CONSTANT: u32 = 0x2;
+const SET_MAP: u32 = 0x8;
+const SET_TIMEOUT: u32 = 0x10;
+const SET_EVAL: u32 = 0x20;
+/// NFT_DATA_VERDICT as a set data type.
+const DATA_VERDICT: u32 = 0xffff_ff00;
+/// Sequence number of the first body message; begin is one less.
+const FIRST_SEQ: u32 = 2;
+/// Element bytes per NEWSETELEM message: the element list is one attribute, whose length is a
+/// u16.
+const ELEMENT_BUDGET: usize = 60 * 1024;
+const ERESTART: i32 = 85;
+const MAX_ATTEMPTS: u32 = 8;
+
+/// A netfilter netlink socket in the network namespace of the thread that opened it.
+pub struct Netlink {
+    sock: Socket,
+    scratch: Scratch,
+    recv_buf: Vec<u8>,
+    seq: u32,
+}
+
+impl Netlink {
+    /// Opens a socket (in the calling thread's network namespace).
+    pub fn open() -> Result<Netlink, NetlinkError> {
+        let sock = Socket::open().map_err(NetlinkError::Open)?;
+        Ok(Netlink { sock, scratch: Scratch::new(), recv_buf: vec![0; 1 << 20], seq: 1 << 20 })
+    }
+
+    /// Encodes a transaction (pure CPU; exposed for benchmarks and tests).
+    pub fn encode(&mut self, tx: &Transaction) -> EncodedBatch {
+        encode(&mut self.scratch, tx)
+    }
+
+    /// Commits a transaction atomically: all of it, or (with an error) none of it.
+    pub fn commit(&mut self, tx: &Transaction) -> Result<CommitStats, NetlinkError> {
+        if tx.is_empty() {
+            return Ok(CommitStats::default());
+        }
+        let batch = self.encode(tx);
+        self.commit_encoded(&batch)
+    }
+
+    /// Commits a batch made by [`Netlink::encode`].
+    pub fn commit_encoded(&mut self, batch: &EncodedBatch) -> Result<CommitStats, NetlinkError> {
+        let mut retries = 0;
+        loop {
+            let genid = self.genid()?;
+            let mut buf = Vec::with_capacity(batch.body.len() + 64);
+            wire::put_begin(&mut buf, FIRST_SEQ - 1, Some(genid));
+            buf.extend_from_slice(&batch.body);
+            let end_seq = FIRST_SEQ + batch.op_of_message.len() as u32;
+            wire::put_end(&mut buf, end_seq);
+            self.sock.size_buffers(buf.len() + 64 * 1024, 4 << 20).map_err(NetlinkError::Io)?;
+            let started = Instant::now();
+            self.sock.send(&buf).map_err(NetlinkError::Io)?;
+            let kernel_us = started.elapsed().as_micros() as u64;
+            let errors = self.drain()?;
+            if errors.is_empty() {
+                return Ok(CommitStats {
+                    messages: batch.op_of_message.len() + 2,
+                    bytes: buf.len(),
+                    retries,
+                    kernel_us,
+                });
+            }
+            if errors.iter().any(|e| e.1 == ERESTART) {
+                retries += 1;
+                if retries >= MAX_ATTEMPTS {
+                    return Err(NetlinkError::Busy(retries));
+                }
+                continue;
+            }
+            let (seq, errno, detail) = errors[0].clone();
+            let index = seq
+                .checked_sub(FIRST_SEQ)
+                .and_then(|i| batch.op_of_message.get(i as usize))
+                .copied()
+                .unwrap_or(usize::MAX);
+            let op = batch.descriptions.get(index).cloned().unwrap_or_else(|| format!("batch message {seq}"));
+            return Err(NetlinkError::Rejected {
+                index,
+                op,
+                errno: Errno::from_raw(errno),
+                detail,
+                others: errors.len() - 1,
+            });
+        }
+    }
+
+    /// Reads every reply already queued (the kernel handles a batch inside the send).
+    fn drain(&mut self) -> Result<Vec<(u32, i32, Option<String>)>, NetlinkError> {
+        let mut errors = Vec::new();
+        loop {
+            let n = match self.sock.recv(&mut self.recv_buf, false) {
+                Ok(Some(n)) => n,
+                Ok(None) => return Ok(errors),
+                Err(e) if e.raw_os_error() == Some(libc_enobufs()) => {
+                    return Err(NetlinkError::LostReplies("receive queue overflowed".into()));
+                }
+                Err(e) => return Err(NetlinkError::Io(e)),
+            };
+            for msg in wire::messages(&self.recv_buf[..n]) {
+                match msg.error() {
+                    Some(0) => {} // the end's acknowledgement
+                    Some(errno) => {
+                        let seq = msg.error_seq().unwrap_or(msg.seq);
+                        errors.push((seq, errno, msg.ext_ack_text()));
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// The current ruleset generation (it changes with every commit in the namespace).
+    pub fn genid(&mut self) -> Result<u32, NetlinkError> {
+        let replies = self.request(glue::NFT_MSG_GETGEN, "", None)?;
+        let msg = replies.first().ok_or_else(|| NetlinkError::Protocol("no reply to GETGEN".into()))?;
+        glue::parse_genid(&mut self.scratch, msg)
+            .ok_or_else(|| NetlinkError::Protocol("unparsable GETGEN reply".into()))
+    }
+
+    /// Sends one request and collects its replies (until NLMSG_DONE for dumps). An error reply
+    /// of ENOENT yields no replies.
+    fn request(&mut self, msg_type: u16, table: &str, set: Option<&str>) -> Result<Vec<Vec<u8>>, NetlinkError> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut buf = Vec::new();
+        glue::put_dump_request(&mut self.scratch, &mut buf, msg_type, seq, table, set);
+        self.sock.send(&buf).map_err(NetlinkError::Io)?;
+        let mut out = Vec::new();
+        loop {
+            let n = self.sock.recv(&mut self.recv_buf, true).map_err(NetlinkError::Io)?.unwrap_or(0);
+            for msg in wire::messages(&self.recv_buf[..n]) {
+                if msg.seq != seq {
+                    continue; // a stale reply to an earlier request
+                }
+                if msg.kind == wire::NLMSG_DONE {
+                    return Ok(out);
+                }
+                if msg.flags & 0x10 != 0 {
+                    return Err(NetlinkError::Protocol("dump interrupted by a concurrent change".into()));
+                }
+                match msg.error() {
+                    Some(0) => return Ok(out),
+                    Some(2) => return Ok(Vec::new()), // ENOENT
+                    Some(errno) => return Err(NetlinkError::Io(io::Error::from_raw_os_error(errno))),
+                    None => {}
+                }
+                out.push(msg.bytes.to_vec());
+                if msg.flags & wire::NLM_F_MULTI == 0 {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+
+    /// Dumps one table: `None` when it does not exist.
+    pub(crate) fn dump(&mut self, table: &str) -> Result<Option<TableDump>, NetlinkError> {
+        let tables = self.request(NFT_MSG_GETTABLE, table, None)?;
+        let Some(first) = tables.first() else { return Ok(None) };
+        let (_, udata) = glue::parse_table(&mut self.scratch, first)
+            .ok_or_else(|| NetlinkError::Protocol("unparsable table".into()))?;
+        let mut dump = TableDump { comment: udata.as_deref().and_then(wire::parse_comment), ..TableDump::default() };
+        for msg in self.request(NFT_MSG_GETCHAIN, table, None)? {
+            dump.chains.push(
+                glue::parse_chain(&mut self.scratch, &msg)
+                    .ok_or_else(|| NetlinkError::Protocol("unparsable chain".into()))?,
+            );
+        }
+        for msg in self.request(NFT_MSG_GETSET, table, None)? {
+            let set = glue::parse_set(&mut self.scratch, &msg)
+                .ok_or_else(|| NetlinkError::Protocol("unparsable set".into()))?;
+            let mut elems = Vec::new();
+            for emsg in self.request(NFT_MSG_GETSETELEM, table, Some(&set.name))? {
+                if !glue::parse_elems(&mut self.scratch, &emsg, &mut elems) {
+                    return Err(NetlinkError::Protocol(format!("unparsable elements of set {}", set.name)));
+                }
+            }
+            dump.sets.push((set, elems));
+        }
+        for msg in self.request(NFT_MSG_GETRULE, table, None)? {
+            match glue::parse_rule(&mut self.scratch, &msg) {
+                Some(rule) => dump.rules.push(Ok(rule)),
+                None => dump.rules.push(Err(format!("{} bytes", msg.len()))),
+            }
+        }
+        Ok(Some(dump))
+    }
+}
+
+fn libc_enobufs() -> i32 {
+    Errno::ENOBUFS as i32
+}
+
+/// A table as dumped, before it is read back into a ruleset.
+#[derive(Debug, Default)]
+pub(crate) struct TableDump {
+    pub comment: Option<String>,
+    pub chains: Vec<ChainWire>,
+    pub sets: Vec<(SetWire, Vec<ElemWire>)>,
+    /// Rules in chain order; `Err` for a rule with an expression libnftnl or verdict cannot read.
+    pub rules: Vec<Result<RuleWire, String>>,
+}
+
+// ---------------------------------------------------------------- encoding
+
+fn set_wire(decl: &SetDecl, id: u32) -> SetWire {
+    let key_types = decl.key_types();
+    let mut flags = 0;
+    let (mut data_type, mut data_len) = (None, 0);
+    match &decl.data {
+        None => {}
+        Some(DataSpec::Verdict) => {
+            flags |= SET_MAP;
+            data_type = Some(DATA_VERDICT);
+        }
+        Some(d @ DataSpec::Typeof(_)) => {
+            flags |= SET_MAP;
+            let types = d.datatypes();
+            data_type = Some(concat_type_id(&types));
+            data_len = concat_len(&types) as u32;
+        }
+    }
+    if decl.timeout.is_some() {
+        flags |= SET_TIMEOUT | SET_EVAL;
+    }
+    SetWire {
+        name: decl.name.clone(),
+        flags,
+        key_type: concat_type_id(&key_types),
+        key_len: concat_len(&key_types) as u32,
+        data_type,
+        data_len,
+        id: Some(id),
+        size: decl.size,
+        timeout_ms: decl.timeout.map(|t| u64::from(t) * 1000),
+        udata: wire::set_udata(decl),
+    }
+}
+
+pub(crate) fn elem_wire(key: &Blob, elem: &Elem) -> ElemWire {
+    let mut w = ElemWire { key: key.as_slice().to_vec(), ..ElemWire::default() };
+    match &elem.data {
+        None => {}
+        Some(ElemData::Verdict(v)) => {
+            if let crate::low::ImmData::Verdict(code, chain) = verdict_data(v) {
+                w.verdict = Some((code, chain));
+            }
+        }
+        Some(ElemData::Value(b)) => w.data = Some(b.as_slice().to_vec()),
+    }
+    w.udata = elem.comment.as_deref().map(wire::comment_udata);
+    w
+}
+
+/// Upper bound of an element's encoded size.
+fn elem_size(e: &ElemWire) -> usize {
+    let a = wire::align4;
+    let mut n = 4 + 8 + a(e.key.len()) + 8;
+    if let Some(d) = &e.data {
+        n += 8 + a(d.len());
+    }
+    if let Some((_, chain)) = &e.verdict {
+        n += 20 + chain.as_ref().map(|c| a(c.len() + 1)).unwrap_or(0);
+    }
+    if let Some(u) = &e.udata {
+        n += 4 + a(u.len());
+    }
+    n
+}
+
+struct Encoder<'a> {
+    scratch: &'a mut Scratch,
+    table: String,
+    out: EncodedBatch,
+    next_set_id: u32,
+    op: usize,
+}
+
+impl Encoder<'_> {
+    fn seq(&mut self) -> u32 {
+        self.out.op_of_message.push(self.op);
+        FIRST_SEQ + self.out.op_of_message.len() as u32 - 1
+    }
+
+    fn elements(&mut self, msg_type: u16, set: &str, set_id: Option<u32>, elems: Vec<ElemWire>) {
+        let flags = if msg_type == glue::NFT_MSG_NEWSETELEM { glue::NLM_F_CREATE } else { 0 };
+        let mut chunk: Vec<ElemWire> = Vec::new();
+        let mut size = 0;
+        for e in elems {
+            let n = elem_size(&e);
+            if size + n > ELEMENT_BUDGET && !chunk.is_empty() {
+                let seq = self.seq();
+                glue::put_elems(
+                    self.scratch,
+                    &mut self.out.body,
+                    msg_type,
+                    flags,
+                    seq,
+                    &self.table,
+                    set,
+                    set_id,
+                    &chunk,
+                );
+                chunk.clear();
+                size = 0;
+            }
+            size += n;
+            chunk.push(e);
+        }
+        if !chunk.is_empty() {
+            let seq = self.seq();
+            glue::put_elems(self.scratch, &mut self.out.body, msg_type, flags, seq, &self.table, set, set_id, &chunk);
+        }
+    }
+
+    fn rule(&mut self, chain: &str, low: &LowRule) {
+        let mut anon_ids = Vec::new();
+        for anon in &low.anon_sets {
+            let id = self.next_set_id;
+            self.next_set_id += 1;
+            anon_ids.push(id);
+            let mut flags = SET_ANONYMOUS | SET_CONSTANT;
+            if anon.verdict_map {
+                flags |= SET_MAP;
+            }
+            let w = SetWire {
+                name: "__set%d".into(),
+                flags,
+                key_type: anon.key_type.id(),
+                key_len: anon.key_type.len() as u32,
+                data_type: anon.verdict_map.then_some(DATA_VERDICT),
+                data_len: 0,
+                id: Some(id),
+                size: Some(anon.elements.len() as u32),
+                timeout_ms: None,
+                udata: wire::anon_set_udata(anon.key_selector, anon.verdict_map),
+            };
+            let seq = self.seq();
+            glue::put_set(
+                self.scratch,
+                &mut self.out.body,
+                glue::NFT_MSG_NEWSET,
+                glue::NLM_F_CREATE,
+                seq,
+                &self.table,
+                &w,
+            );
+            let elems = anon
+                .elements
+                .iter()
+                .map(|(key, verdict)| ElemWire {
+                    key: key.clone(),
+                    verdict: verdict.as_ref().and_then(|v| match verdict_data(v) {
+                        crate::low::ImmData::Verdict(code, chain) => Some((code, chain)),
+                        crate::low::ImmData::Value(_) => None,
+                    }),
+                    ..ElemWire::default()
+                })
+                .collect();
+            self.elements(glue::NFT_MSG_NEWSETELEM, "__set%d", Some(id), elems);
+        }
+        let w = RuleWire {
+            chain: chain.to_string(),
+            exprs: low.exprs.clone(),
+            udata: low.comment.as_deref().map(wire::comment_udata),
+        };
+        let seq = self.seq();
+        glue::put_rule(
+            self.scratch,
+            &mut self.out.body,
+            glue::NFT_MSG_NEWRULE,
+            glue::NLM_F_CREATE | glue::NLM_F_APPEND,
+            seq,
+            &self.table,
+            &w,
+            &anon_ids,
+        );
+    }
+}
+
+fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
+    let mut e = Encoder {
+        scratch,
+        table: tx.table.clone(),
+        out: EncodedBatch { body: Vec::new(), op_of_message: Vec::new(), descriptions: Vec::new() },
+        next_set_id: 1,
+        op: 0,
+    };
+    for (i, op) in tx.ops.iter().enumerate() {
+        e.op = i;
+        e.out.descriptions.push(op.describe());
+        let table = e.table.clone();
+        match op {
+            Op::AddTable(t) => {
+                let udata = t.comment.as_deref().map(wire::comment_udata);
+                let seq = e.seq();
+                glue::put_table(
+                    e.scratch,
+                    &mut e.out.body,
+                    glue::NFT_MSG_NEWTABLE,
+                    glue::NLM_F_CREATE,
+                    seq,
+                    &table,
+                    udata.as_deref(),
+                );
+            }
+            Op::DeleteTable => {
+                let seq = e.seq();
+                glue::put_table(e.scratch, &mut e.out.body, glue::NFT_MSG_DELTABLE, 0, seq, &table, None);
+            }
+            Op::AddChain { name, base } => {
+                let w = ChainWire {
+                    name: name.clone(),
+                    hook: base.map(|b| (b.hook.number(), b.priority, b.kind.name().to_string())),
+                };
+                let seq = e.seq();
+                glue::put_chain(
+                    e.scratch,
+                    &mut e.out.body,
+                    glue::NFT_MSG_NEWCHAIN,
+                    glue::NLM_F_CREATE,
+                    seq,
+                    &table,
+                    &w,
+                );
+            }
+            Op::FlushChain(name) => {
+                let seq = e.seq();
+                let w = RuleWire { chain: name.clone(), ..RuleWire::default() };
+                glue::put_rule(e.scratch, &mut e.out.body, glue::NFT_MSG_DELRULE, 0, seq, &table, &w, &[]);
+            }
+            Op::DeleteChain(name) => {
+                let seq = e.seq();
+                let w = ChainWire { name: name.clone(), hook: None };
+                glue::put_chain(e.scratch, &mut e.out.body, glue::NFT_MSG_DELCHAIN, 0, seq, &table, &w);
+            }
+            Op::AddRule { chain, rule } => {
+                let low = lower(rule);
+                e.rule(chain, &low);
+            }
+            Op::AddSet(decl) => {
+                let id = e.next_set_id;
+                e.next_set_id += 1;
+                let w = set_wire(decl, id);
+                let seq = e.seq();
+                glue::put_set(e.scratch, &mut e.out.body, glue::NFT_MSG_NEWSET, glue::NLM_F_CREATE, seq, &table, &w);
+            }
+            Op::DeleteSet(name) => {
+                let seq = e.seq();
+                let w = SetWire { name: name.clone(), ..SetWire::default() };
+                glue::put_set(e.scratch, &mut e.out.body, glue::NFT_MSG_DELSET, 0, seq, &table, &w);
+            }
+            Op::AddElements { set, elements, .. } => {
+                let elems = elements.iter().map(|(k, v)| elem_wire(k, v)).collect();
+                e.elements(glue::NFT_MSG_NEWSETELEM, set, None, elems);
+            }
+            Op::DeleteElements { set, keys, .. } => {
+                let elems =
+                    keys.iter().map(|k| ElemWire { key: k.as_slice().to_vec(), ..ElemWire::default() }).collect();
+                e.elements(glue::NFT_MSG_DELSETELEM, set, None, elems);
+            }
+        }
+    }
+    e.out
+}

@@ -1,0 +1,199 @@
+//! The kernel's copy of our table, read back into a [`Ruleset`].
+//!
+//! Used to adopt an existing table at start (so a restart writes only the difference), after a
+//! failed transaction, and by the tests that check what the kernel holds against what was
+//! rendered. Rules we cannot read (someone else wrote them) come back as a placeholder that
+//! never equals a rendered rule, so the next diff rewrites that chain.
+
+use crate::low::{AnonSet, LowExpr, LowRule, SetRef};
+use crate::netlink::wire::{parse_comment, parse_set_udata};
+use crate::netlink::{Netlink, NetlinkError, TableDump};
+use crate::raise::raise;
+use crate::rule::{Rule, Selector};
+use crate::ruleset::{
+    BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, Hook, KeySpec, Ruleset, Set, SetDecl, Table,
+    Verdict,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+const SET_ANONYMOUS: u32 = 0x1;
+const SET_MAP: u32 = 0x8;
+const DATA_VERDICT: u32 = 0xffff_ff00;
+
+/// What the kernel holds.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// The table as a ruleset.
+    pub ruleset: Ruleset,
+    /// Objects that are not verdict's (foreign rules, unreadable sets), described for the log.
+    pub foreign: Vec<String>,
+}
+
+/// Reads table `table` from the kernel; `None` when it does not exist.
+pub fn observe(nl: &mut Netlink, table: &str) -> Result<Option<Observed>, NetlinkError> {
+    let mut attempts = 0;
+    loop {
+        match nl.dump(table) {
+            Ok(dump) => return Ok(dump.map(|d| read_dump(table, d))),
+            // A dump interrupted by a concurrent commit is simply taken again.
+            Err(NetlinkError::Protocol(m)) if m.contains("interrupted") && attempts < 5 => attempts += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The placeholder for a rule verdict cannot read.
+pub fn unreadable(what: &str) -> Rule {
+    Rule { items: Vec::new(), comment: Some(format!("unreadable rule: {what}")) }
+}
+
+fn decompose(type_id: u32) -> Option<Vec<Datatype>> {
+    let mut parts = Vec::new();
+    let mut id = type_id;
+    while id > 0 {
+        parts.push(Datatype::from_id(id & 0x3f)?);
+        id >>= 6;
+    }
+    parts.reverse();
+    (!parts.is_empty()).then_some(parts)
+}
+
+fn verdict(code: i32, chain: &Option<String>) -> Option<Verdict> {
+    use crate::low::k;
+    Some(match (code, chain) {
+        (k::NF_ACCEPT, _) => Verdict::Accept,
+        (k::NF_DROP, _) => Verdict::Drop,
+        (k::NFT_RETURN, _) => Verdict::Return,
+        (k::NFT_JUMP, Some(c)) => Verdict::Jump(Arc::from(c.as_str())),
+        (k::NFT_GOTO, Some(c)) => Verdict::Goto(Arc::from(c.as_str())),
+        _ => return None,
+    })
+}
+
+pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
+    let mut rs = Ruleset::new(Table { name: table.to_string(), comment: dump.comment.clone() });
+    let mut foreign = Vec::new();
+    let mut comments: HashMap<String, Arc<str>> = HashMap::new();
+    let mut anon: HashMap<String, AnonSet> = HashMap::new();
+
+    for (w, elems) in dump.sets {
+        let udata = parse_set_udata(&w.udata);
+        if w.flags & SET_ANONYMOUS != 0 {
+            let Some(key_type) = Datatype::from_id(w.key_type) else {
+                foreign.push(format!("anonymous set {} of type {}", w.name, w.key_type));
+                continue;
+            };
+            let key_selector = udata.key_typeof.as_ref().and_then(|s| s.first().copied()).unwrap_or(Selector::L4Proto);
+            anon.insert(
+                w.name.clone(),
+                AnonSet {
+                    key_type,
+                    key_selector,
+                    verdict_map: w.flags & SET_MAP != 0,
+                    elements: elems
+                        .iter()
+                        .map(|e| (e.key.clone(), e.verdict.as_ref().and_then(|(c, ch)| verdict(*c, ch))))
+                        .collect(),
+                },
+            );
+            continue;
+        }
+        let key = match udata.key_typeof {
+            Some(sels) => KeySpec::Typeof(sels),
+            None => match decompose(w.key_type) {
+                Some(types) => KeySpec::Type(types),
+                None => {
+                    foreign.push(format!("set {} has key type {:#x}", w.name, w.key_type));
+                    KeySpec::Type(Vec::new())
+                }
+            },
+        };
+        let data = if w.flags & SET_MAP == 0 {
+            None
+        } else if w.data_type == Some(DATA_VERDICT) {
+            Some(DataSpec::Verdict)
+        } else {
+            match udata.data_typeof {
+                Some(sels) => Some(DataSpec::Typeof(sels)),
+                None => {
+                    foreign.push(format!("map {} has data type {:?}", w.name, w.data_type));
+                    Some(DataSpec::Typeof(Vec::new()))
+                }
+            }
+        };
+        let decl = SetDecl {
+            name: w.name.clone(),
+            key,
+            data,
+            size: w.size,
+            timeout: w.timeout_ms.map(|ms| (ms / 1000) as u32),
+            comment: udata.comment,
+        };
+        let mut set = Set::new(decl);
+        for e in elems {
+            let Some(key) = Blob::try_new(&e.key) else {
+                foreign.push(format!("element of {} with a {}-byte key", w.name, e.key.len()));
+                continue;
+            };
+            let comment = e
+                .udata
+                .as_deref()
+                .and_then(parse_comment)
+                .map(|c| comments.entry(c.clone()).or_insert_with(|| Arc::from(c.as_str())).clone());
+            let data = match (&e.verdict, &e.data) {
+                (Some((code, chain)), _) => verdict(*code, chain).map(ElemData::Verdict),
+                (None, Some(d)) => Blob::try_new(d).map(ElemData::Value),
+                (None, None) => None,
+            };
+            set.elements.insert(key, Elem { data, comment });
+        }
+        rs.sets.insert(w.name, set);
+    }
+
+    for c in dump.chains {
+        let base = c.hook.and_then(|(hook, priority, kind)| {
+            let kind = match kind.as_str() {
+                "nat" => ChainKind::Nat,
+                "filter" => ChainKind::Filter,
+                _ => return None,
+            };
+            Some(BaseChain { kind, hook: Hook::from_number(hook)?, priority })
+        });
+        rs.chains.insert(c.name.clone(), Chain { name: c.name, base, rules: Vec::new() });
+    }
+
+    for wire in dump.rules {
+        let wire = match wire {
+            Ok(w) => w,
+            Err(what) => {
+                foreign.push(format!("a rule libnftnl cannot parse ({what})"));
+                continue;
+            }
+        };
+        let mut low = LowRule { comment: wire.udata.as_deref().and_then(parse_comment), ..LowRule::default() };
+        for expr in wire.exprs {
+            low.exprs.push(match expr {
+                LowExpr::Lookup { sreg, dreg, set: SetRef::Named(name), invert } if anon.contains_key(&name) => {
+                    low.anon_sets.push(anon[&name].clone());
+                    LowExpr::Lookup { sreg, dreg, set: SetRef::Anon(low.anon_sets.len() - 1), invert }
+                }
+                other => other,
+            });
+        }
+        let rule = match raise(&low) {
+            Ok(rule) => rule,
+            Err(e) => {
+                foreign.push(format!("chain {}: {e}", wire.chain));
+                unreadable(&e.to_string())
+            }
+        };
+        rs.chains
+            .entry(wire.chain.clone())
+            .or_insert_with(|| Chain::regular(wire.chain.clone(), Vec::new()))
+            .rules
+            .push(rule);
+    }
+    let _: BTreeMap<(), ()> = BTreeMap::new();
+    Observed { ruleset: rs, foreign }
+}

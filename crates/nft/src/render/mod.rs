@@ -1,0 +1,117 @@
+//! The model as one nftables table: deterministic, sorted, pure.
+//!
+//! Shape (see docs/design.md for the measurements behind it): Service addresses are dispatched
+//! by the `service-ips` verdict map to one chain per *endpoint count* N (`endpoints-N`), which
+//! DNATs through a hash map keyed by `daddr . l4proto . dport . numgen random mod N`. The chain
+//! count therefore stays small and constant as Services grow, no anonymous set is created per
+//! Service, and every endpoint change is an element swap in a hash map: O(1) in the kernel.
+
+pub mod names;
+mod scaffold;
+mod service;
+
+use crate::rule::Selector;
+use crate::ruleset::{Blob, Chain, DataSpec, Elem, KeySpec, Ruleset, Set, SetDecl, Table};
+use verdict_model::{IpFamily, ProxyModel};
+
+/// Options that do not come from the model.
+#[derive(Clone, Debug)]
+pub struct RenderOptions {
+    /// The table name (`kube-proxy`).
+    pub table: String,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions { table: crate::ruleset::DEFAULT_TABLE.to_string() }
+    }
+}
+
+/// The smallest capacity a set is created with.
+pub const MIN_CAPACITY: u32 = 1024;
+
+/// The capacity a set holding `count` elements is created with: room to double before it must
+/// be recreated. The kernel sizes a fixed hash table for it, which loads 2.5x faster than a
+/// table that grows while a large transaction fills it (docs/design.md).
+pub fn capacity(count: usize) -> u32 {
+    let want = (count.saturating_mul(2)).max(MIN_CAPACITY as usize);
+    u32::try_from(want.next_power_of_two()).unwrap_or(u32::MAX)
+}
+
+/// Renders the whole table for a model.
+pub fn render(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
+    let mut b = Builder::new(Table { name: opts.table.clone(), ..Table::default() });
+    let families = model.families();
+    scaffold::render(model, &families, &mut b);
+    for port in model.services.values() {
+        for family in &families {
+            service::render(model, port, *family, &mut b);
+        }
+    }
+    b.finish()
+}
+
+/// Accumulates a ruleset; sets are declared before their elements are added.
+pub(crate) struct Builder {
+    rs: Ruleset,
+}
+
+impl Builder {
+    fn new(table: Table) -> Builder {
+        Builder { rs: Ruleset::new(table) }
+    }
+
+    pub(crate) fn declare(&mut self, decl: SetDecl) {
+        self.rs.sets.entry(decl.name.clone()).or_insert_with(|| Set::new(decl));
+    }
+
+    pub(crate) fn chain(&mut self, chain: Chain) {
+        self.rs.chains.insert(chain.name.clone(), chain);
+    }
+
+    pub(crate) fn has_chain(&self, name: &str) -> bool {
+        self.rs.chains.contains_key(name)
+    }
+
+    /// Adds an element; the set must be declared.
+    pub(crate) fn element(&mut self, set: &str, key: Blob, elem: Elem) {
+        self.rs
+            .sets
+            .get_mut(set)
+            .unwrap_or_else(|| panic!("render bug: element for undeclared set {set}"))
+            .elements
+            .insert(key, elem);
+    }
+
+    fn finish(mut self) -> Ruleset {
+        for set in self.rs.sets.values_mut() {
+            set.decl.size = Some(capacity(set.elements.len()));
+        }
+        self.rs
+    }
+}
+
+/// `daddr . l4proto . dport` for a family.
+pub(crate) fn addr_key(family: IpFamily) -> [Selector; 3] {
+    [Selector::Daddr(family), Selector::L4Proto, Selector::ThDport]
+}
+
+/// A `type ... : verdict` map keyed by `addr . proto . port`.
+pub(crate) fn addr_vmap(name: &str, family: IpFamily, comment: &str) -> SetDecl {
+    SetDecl::map(
+        &names::family_name(name, family),
+        KeySpec::Type(addr_key(family).map(|s| s.datatype()).to_vec()),
+        DataSpec::Verdict,
+    )
+    .with_comment(comment)
+}
+
+/// A `type inet_proto . inet_service : verdict` map.
+pub(crate) fn port_vmap(name: &str, family: IpFamily, comment: &str) -> SetDecl {
+    SetDecl::map(
+        &names::family_name(name, family),
+        KeySpec::Type(vec![Selector::L4Proto.datatype(), Selector::ThDport.datatype()]),
+        DataSpec::Verdict,
+    )
+    .with_comment(comment)
+}

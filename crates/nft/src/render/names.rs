@@ -1,0 +1,110 @@
+//! Object names: upstream kube-proxy's, with an `-v6` suffix for the IPv6 twin of each set.
+
+use data_encoding::BASE32;
+use sha2::{Digest, Sha256};
+use verdict_model::{IpFamily, ServicePortName};
+
+/// Active ClusterIPs.
+pub const CLUSTER_IPS: &str = "cluster-ips";
+/// Node addresses that accept NodePort traffic.
+pub const NODEPORT_IPS: &str = "nodeport-ips";
+/// ClusterIP, external IP and load balancer IP dispatch.
+pub const SERVICE_IPS: &str = "service-ips";
+/// NodePort dispatch.
+pub const SERVICE_NODEPORTS: &str = "service-nodeports";
+/// Service addresses with no usable endpoint.
+pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
+/// NodePorts with no usable endpoint.
+pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+/// Endpoint addresses, as `source . destination` pairs, for hairpin masquerading.
+pub const HAIRPIN_ENDPOINTS: &str = "hairpin-endpoints";
+
+/// Base chains, by upstream's names.
+pub const NAT_PREROUTING: &str = "nat-prerouting";
+/// nat output.
+pub const NAT_OUTPUT: &str = "nat-output";
+/// nat postrouting.
+pub const NAT_POSTROUTING: &str = "nat-postrouting";
+/// filter input.
+pub const FILTER_INPUT: &str = "filter-input";
+/// filter forward.
+pub const FILTER_FORWARD: &str = "filter-forward";
+/// filter output.
+pub const FILTER_OUTPUT: &str = "filter-output";
+
+/// Regular chains shared by all Services.
+pub const SERVICES: &str = "services";
+/// Masquerading at postrouting.
+pub const MASQUERADING: &str = "masquerading";
+/// Reject or drop traffic to Service addresses without endpoints.
+pub const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
+/// Reject or drop NodePort traffic without endpoints.
+pub const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
+/// Reject unknown ports of ClusterIPs.
+pub const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
+/// `reject` cannot be vmap data, so no-endpoint elements go here.
+pub const REJECT_CHAIN: &str = "reject-chain";
+
+/// A per-family object name: the IPv4 object keeps upstream's name.
+pub fn family_name(base: &str, family: IpFamily) -> String {
+    match family {
+        IpFamily::V4 => base.to_string(),
+        IpFamily::V6 => format!("{base}-v6"),
+    }
+}
+
+/// The chain and map that pick one of `n` endpoints of a Service address.
+pub fn endpoints(n: usize, family: IpFamily) -> String {
+    family_name(&format!("endpoints-{n}"), family)
+}
+
+/// The chain and map that pick one of `n` endpoints of a NodePort.
+pub fn nodeport_endpoints(n: usize, family: IpFamily) -> String {
+    family_name(&format!("nodeport-endpoints-{n}"), family)
+}
+
+/// Upstream's chain-name base: `HASH-namespace/name/protocol/port`, where HASH is the first
+/// eight characters of base32(sha256(rest)). The hash keeps names unique when they are cut.
+pub fn chain_name_base(spn: &ServicePortName) -> String {
+    let rest = format!("{}/{}/{}/{}", spn.namespace, spn.name, spn.protocol.lower(), spn.port);
+    hashed(&rest)
+}
+
+/// `HASH-rest`, cut to fit nft's 256-byte chain names as upstream does.
+pub fn hashed(rest: &str) -> String {
+    let digest = Sha256::digest(rest.as_bytes());
+    let hash = &BASE32.encode(&digest)[..8];
+    let mut name = format!("{hash}-{rest}");
+    if name.len() > 240 {
+        let mut cut = 237;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.truncate(cut);
+        name.push_str("...");
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verdict_model::Protocol;
+
+    #[test]
+    fn chain_hashes_match_upstream() {
+        // Values from upstream kube-proxy's nftables tests.
+        let spn = ServicePortName::new("ns1", "svc1", "p80", Protocol::Tcp);
+        assert_eq!(chain_name_base(&spn), "ULMVA6XW-ns1/svc1/tcp/p80");
+        assert_eq!(hashed("ns1/svc1/tcp/p80__10.180.0.1/80"), "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80");
+        assert_eq!(hashed("default/web/tcp/http"), "SUSTUHLJ-default/web/tcp/http");
+    }
+
+    #[test]
+    fn long_names_are_cut_with_an_ellipsis() {
+        let long = "x".repeat(300);
+        let name = hashed(&long);
+        assert_eq!(name.len(), 240);
+        assert!(name.ends_with("..."));
+    }
+}

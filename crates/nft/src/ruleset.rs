@@ -1,0 +1,527 @@
+//! The nftables objects verdict owns, as plain data: one table, its chains and its sets.
+//!
+//! A [`Ruleset`] is what `render` produces from the model, what `observe` reads back from the
+//! kernel, and what `diff` compares. Element keys and data are kept in the kernel's own byte
+//! layout ([`Blob`]), so 10^6 elements stay compact and need no conversion to be sent.
+
+use crate::rule::{Rule, Selector};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// The default table name, as upstream kube-proxy's.
+pub const DEFAULT_TABLE: &str = "kube-proxy";
+
+/// One `inet` table and everything in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ruleset {
+    /// The table itself.
+    pub table: Table,
+    /// Chains by name.
+    pub chains: BTreeMap<String, Chain>,
+    /// Named sets and maps by name (anonymous sets live inside the rules that use them).
+    pub sets: BTreeMap<String, Set>,
+}
+
+impl Ruleset {
+    /// An empty table.
+    pub fn new(table: Table) -> Ruleset {
+        Ruleset { table, chains: BTreeMap::new(), sets: BTreeMap::new() }
+    }
+
+    /// Total number of set and map elements.
+    pub fn element_count(&self) -> usize {
+        self.sets.values().map(|s| s.elements.len()).sum()
+    }
+
+    /// Whether two rulesets program the same behaviour: equal except for set capacities
+    /// (`size`, a sizing hint chosen at creation) and for which slot of an endpoint map holds
+    /// which endpoint (the slot is chosen at random per connection, so only the multiset of a
+    /// Service's endpoints matters).
+    pub fn equivalent(&self, other: &Ruleset) -> bool {
+        if self.table != other.table || self.chains != other.chains {
+            return false;
+        }
+        if self.sets.len() != other.sets.len() {
+            return false;
+        }
+        self.sets.iter().zip(other.sets.iter()).all(|((na, a), (nb, b))| {
+            na == nb && a.decl.same_except_size(&b.decl) && a.canonical_elements() == b.canonical_elements()
+        })
+    }
+}
+
+/// The table: always family `inet`, so IPv4 and IPv6 live side by side.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Table {
+    /// Table name.
+    pub name: String,
+    /// Table comment.
+    pub comment: Option<String>,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table { name: DEFAULT_TABLE.to_string(), comment: Some("rules for kube-proxy".to_string()) }
+    }
+}
+
+/// A chain: a list of rules, and a hook when it is a base chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// Chain name.
+    pub name: String,
+    /// Set for base chains.
+    pub base: Option<BaseChain>,
+    /// The rules, in order.
+    pub rules: Vec<Rule>,
+}
+
+impl Chain {
+    /// A regular chain.
+    pub fn regular(name: impl Into<String>, rules: Vec<Rule>) -> Chain {
+        Chain { name: name.into(), base: None, rules }
+    }
+
+    /// A base chain with policy accept.
+    pub fn base(name: impl Into<String>, kind: ChainKind, hook: Hook, priority: i32, rules: Vec<Rule>) -> Chain {
+        Chain { name: name.into(), base: Some(BaseChain { kind, hook, priority }), rules }
+    }
+}
+
+/// How a base chain is attached to the netfilter hooks (policy is always accept).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BaseChain {
+    /// `type filter` or `type nat`.
+    pub kind: ChainKind,
+    /// The hook.
+    pub hook: Hook,
+    /// The priority (dstnat = -100, filter = 0, srcnat = 100).
+    pub priority: i32,
+}
+
+/// The chain type of a base chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ChainKind {
+    /// `type filter`.
+    Filter,
+    /// `type nat`.
+    Nat,
+}
+
+impl ChainKind {
+    /// nft's name for the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChainKind::Filter => "filter",
+            ChainKind::Nat => "nat",
+        }
+    }
+}
+
+/// A netfilter hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Hook {
+    /// `prerouting`.
+    Prerouting,
+    /// `input`.
+    Input,
+    /// `forward`.
+    Forward,
+    /// `output`.
+    Output,
+    /// `postrouting`.
+    Postrouting,
+}
+
+impl Hook {
+    /// The kernel's hook number (NF_INET_*).
+    pub fn number(self) -> u32 {
+        match self {
+            Hook::Prerouting => 0,
+            Hook::Input => 1,
+            Hook::Forward => 2,
+            Hook::Output => 3,
+            Hook::Postrouting => 4,
+        }
+    }
+
+    /// The hook with a kernel hook number.
+    pub fn from_number(n: u32) -> Option<Hook> {
+        [Hook::Prerouting, Hook::Input, Hook::Forward, Hook::Output, Hook::Postrouting]
+            .into_iter()
+            .find(|h| h.number() == n)
+    }
+
+    /// nft's name for the hook.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Prerouting => "prerouting",
+            Hook::Input => "input",
+            Hook::Forward => "forward",
+            Hook::Output => "output",
+            Hook::Postrouting => "postrouting",
+        }
+    }
+}
+
+/// A named set or map and its elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Set {
+    /// The declaration.
+    pub decl: SetDecl,
+    /// Elements by key.
+    pub elements: BTreeMap<Blob, Elem>,
+}
+
+impl Set {
+    /// An empty set.
+    pub fn new(decl: SetDecl) -> Set {
+        Set { decl, elements: BTreeMap::new() }
+    }
+
+    /// The elements with slot-keyed groups sorted by value, so that two maps holding the same
+    /// endpoints in different slots compare equal (see [`Ruleset::equivalent`]).
+    pub fn canonical_elements(&self) -> BTreeMap<Blob, Elem> {
+        let Some(prefix) = self.decl.slot_prefix_len() else {
+            return self.elements.clone();
+        };
+        let mut groups: BTreeMap<Blob, Vec<(Blob, Elem)>> = BTreeMap::new();
+        for (key, elem) in &self.elements {
+            groups.entry(key.prefix(prefix)).or_default().push((*key, elem.clone()));
+        }
+        let mut out = BTreeMap::new();
+        for mut members in groups.into_values() {
+            let mut keys: Vec<Blob> = members.iter().map(|m| m.0).collect();
+            keys.sort();
+            members.sort_by(|a, b| a.1.cmp(&b.1));
+            for (key, (_, elem)) in keys.into_iter().zip(members) {
+                out.insert(key, elem);
+            }
+        }
+        out
+    }
+}
+
+/// How a set or map is declared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetDecl {
+    /// Name.
+    pub name: String,
+    /// The key.
+    pub key: KeySpec,
+    /// The data, for maps.
+    pub data: Option<DataSpec>,
+    /// `size`: the capacity the kernel sizes its hash table for (also a hard maximum).
+    pub size: Option<u32>,
+    /// `flags dynamic,timeout` with this `timeout` in seconds (affinity sets).
+    pub timeout: Option<u32>,
+    /// Comment.
+    pub comment: Option<String>,
+}
+
+impl SetDecl {
+    /// A set keyed by `key`.
+    pub fn set(name: &str, key: KeySpec) -> SetDecl {
+        SetDecl { name: name.to_string(), key, data: None, size: None, timeout: None, comment: None }
+    }
+
+    /// A map from `key` to `data`.
+    pub fn map(name: &str, key: KeySpec, data: DataSpec) -> SetDecl {
+        SetDecl { data: Some(data), ..SetDecl::set(name, key) }
+    }
+
+    /// With a comment.
+    pub fn with_comment(mut self, comment: &str) -> SetDecl {
+        self.comment = Some(comment.to_string());
+        self
+    }
+
+    /// With a capacity.
+    pub fn with_size(mut self, size: u32) -> SetDecl {
+        self.size = Some(size);
+        self
+    }
+
+    /// Equal but for the capacity.
+    pub fn same_except_size(&self, other: &SetDecl) -> bool {
+        SetDecl { size: None, ..self.clone() } == SetDecl { size: None, ..other.clone() }
+    }
+
+    /// For maps whose key ends in `numgen random mod N` (endpoint maps): the length of the key
+    /// before that slot number. Elements that share it belong to one Service address.
+    pub fn slot_prefix_len(&self) -> Option<usize> {
+        match &self.key {
+            KeySpec::Typeof(sels) if matches!(sels.last(), Some(Selector::Numgen(_))) => {
+                Some(sels[..sels.len() - 1].iter().map(|s| padded(s.datatype().len())).sum())
+            }
+            _ => None,
+        }
+    }
+
+    /// The key's datatypes.
+    pub fn key_types(&self) -> Vec<Datatype> {
+        self.key.datatypes()
+    }
+
+    /// The byte length of a key.
+    pub fn key_len(&self) -> usize {
+        concat_len(&self.key_types())
+    }
+}
+
+/// The length of a concatenation in the kernel's layout: each part padded to 4 bytes, except a
+/// lone value which keeps its own length.
+pub fn concat_len(types: &[Datatype]) -> usize {
+    match types {
+        [single] => single.len(),
+        many => many.iter().map(|t| padded(t.len())).sum(),
+    }
+}
+
+/// `n` rounded up to a whole 32-bit register.
+pub fn padded(n: usize) -> usize {
+    n.div_ceil(4) * 4
+}
+
+/// A set key declaration: `type a . b` or `typeof expr . expr`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySpec {
+    /// `type ...`.
+    Type(Vec<Datatype>),
+    /// `typeof ...` (needed when a part has no fixed-size named type, such as `numgen`).
+    Typeof(Vec<Selector>),
+}
+
+impl KeySpec {
+    /// The datatypes of the parts.
+    pub fn datatypes(&self) -> Vec<Datatype> {
+        match self {
+            KeySpec::Type(t) => t.clone(),
+            KeySpec::Typeof(s) => s.iter().map(|s| s.datatype()).collect(),
+        }
+    }
+}
+
+/// What a map maps to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataSpec {
+    /// A verdict (`vmap`).
+    Verdict,
+    /// `typeof ...` values.
+    Typeof(Vec<Selector>),
+}
+
+impl DataSpec {
+    /// The datatypes of the data parts (empty for verdicts).
+    pub fn datatypes(&self) -> Vec<Datatype> {
+        match self {
+            DataSpec::Verdict => Vec::new(),
+            DataSpec::Typeof(s) => s.iter().map(|s| s.datatype()).collect(),
+        }
+    }
+}
+
+/// nft datatypes verdict uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Datatype {
+    /// `ipv4_addr`.
+    Ipv4Addr,
+    /// `ipv6_addr`.
+    Ipv6Addr,
+    /// `inet_proto`.
+    InetProto,
+    /// `inet_service`.
+    InetService,
+    /// `mark`.
+    Mark,
+    /// `integer` of 32 bits (what `numgen` yields).
+    Integer,
+    /// `fib_addrtype`.
+    FibAddrType,
+    /// `ifname`.
+    Ifname,
+    /// `ct_state`.
+    CtState,
+    /// `ct_status`.
+    CtStatus,
+}
+
+impl Datatype {
+    /// nft's datatype number.
+    pub fn id(self) -> u32 {
+        match self {
+            Datatype::Integer => 4,
+            Datatype::Ipv4Addr => 7,
+            Datatype::Ipv6Addr => 8,
+            Datatype::InetProto => 12,
+            Datatype::InetService => 13,
+            Datatype::Mark => 19,
+            Datatype::CtState => 26,
+            Datatype::CtStatus => 28,
+            Datatype::FibAddrType => 36,
+            Datatype::Ifname => 41,
+        }
+    }
+
+    /// The datatype with this number.
+    pub fn from_id(id: u32) -> Option<Datatype> {
+        use Datatype::*;
+        [Ipv4Addr, Ipv6Addr, InetProto, InetService, Mark, Integer, FibAddrType, Ifname, CtState, CtStatus]
+            .into_iter()
+            .find(|t| t.id() == id)
+    }
+
+    /// nft's name for the datatype.
+    pub fn name(self) -> &'static str {
+        match self {
+            Datatype::Ipv4Addr => "ipv4_addr",
+            Datatype::Ipv6Addr => "ipv6_addr",
+            Datatype::InetProto => "inet_proto",
+            Datatype::InetService => "inet_service",
+            Datatype::Mark => "mark",
+            Datatype::Integer => "integer",
+            Datatype::FibAddrType => "fib_addrtype",
+            Datatype::Ifname => "ifname",
+            Datatype::CtState => "ct_state",
+            Datatype::CtStatus => "ct_status",
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(self) -> usize {
+        match self {
+            Datatype::Ipv4Addr | Datatype::Mark | Datatype::Integer | Datatype::FibAddrType => 4,
+            Datatype::CtState | Datatype::CtStatus => 4,
+            Datatype::Ipv6Addr | Datatype::Ifname => 16,
+            Datatype::InetProto => 1,
+            Datatype::InetService => 2,
+        }
+    }
+
+    /// Whether values are stored big-endian (network order) rather than in host order.
+    pub fn big_endian(self) -> bool {
+        matches!(self, Datatype::Ipv4Addr | Datatype::Ipv6Addr | Datatype::InetService)
+    }
+}
+
+/// The kernel's identifier of a concatenated type: each part's id in 6 bits.
+pub fn concat_type_id(types: &[Datatype]) -> u32 {
+    types.iter().fold(0, |acc, t| (acc << 6) | t.id())
+}
+
+/// An element's data: nothing for a plain set, a verdict for a vmap, bytes for a data map.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Elem {
+    /// The mapped value.
+    pub data: Option<ElemData>,
+    /// Element comment (`ns/name:port`).
+    pub comment: Option<Arc<str>>,
+}
+
+impl Elem {
+    /// A plain set element.
+    pub fn plain() -> Elem {
+        Elem { data: None, comment: None }
+    }
+
+    /// An element mapping to a verdict.
+    pub fn verdict(v: Verdict, comment: Option<Arc<str>>) -> Elem {
+        Elem { data: Some(ElemData::Verdict(v)), comment }
+    }
+
+    /// An element mapping to bytes.
+    pub fn value(b: Blob, comment: Option<Arc<str>>) -> Elem {
+        Elem { data: Some(ElemData::Value(b)), comment }
+    }
+}
+
+/// Map element data.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ElemData {
+    /// A verdict.
+    Verdict(Verdict),
+    /// A value in the kernel layout.
+    Value(Blob),
+}
+
+/// A verdict, as a statement or as vmap data.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    /// `accept`.
+    Accept,
+    /// `drop`.
+    Drop,
+    /// `return`.
+    Return,
+    /// `jump <chain>`.
+    Jump(Arc<str>),
+    /// `goto <chain>`.
+    Goto(Arc<str>),
+}
+
+impl Verdict {
+    /// The chain this verdict refers to, if any.
+    pub fn chain(&self) -> Option<&str> {
+        match self {
+            Verdict::Jump(c) | Verdict::Goto(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Accept => f.write_str("accept"),
+            Verdict::Drop => f.write_str("drop"),
+            Verdict::Return => f.write_str("return"),
+            Verdict::Jump(c) => write!(f, "jump {c}"),
+            Verdict::Goto(c) => write!(f, "goto {c}"),
+        }
+    }
+}
+
+/// A small byte string (a set key or map value in the kernel's layout), stored inline.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Blob {
+    len: u8,
+    bytes: [u8; Blob::MAX],
+}
+
+impl Blob {
+    /// The longest key verdict builds: `ip6 saddr . ip6 daddr` is 32 bytes, plus margin.
+    pub const MAX: usize = 44;
+
+    /// Bytes as a blob. Panics if longer than [`Blob::MAX`] (keys are built by our own code).
+    pub fn new(b: &[u8]) -> Blob {
+        assert!(b.len() <= Blob::MAX, "set key of {} bytes exceeds {}", b.len(), Blob::MAX);
+        let mut bytes = [0u8; Blob::MAX];
+        bytes[..b.len()].copy_from_slice(b);
+        Blob { len: b.len() as u8, bytes }
+    }
+
+    /// Bytes read from the kernel, which may be longer than anything verdict builds.
+    pub fn try_new(b: &[u8]) -> Option<Blob> {
+        (b.len() <= Blob::MAX).then(|| Blob::new(b))
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// The first `n` bytes.
+    pub fn prefix(&self, n: usize) -> Blob {
+        Blob::new(&self.as_slice()[..n.min(self.len as usize)])
+    }
+}
+
+impl fmt::Debug for Blob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.as_slice() {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
