@@ -10,4 +10,5 @@ pub mod fixtures;
 pub mod netns;
 pub mod privilege;
 pub mod probe;
+pub mod synth;
 pub mod topology;

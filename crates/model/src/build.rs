@@ -182,13 +182,21 @@ fn build_service(
     if svc.cluster_ips.iter().all(|ip| ip.is_empty() || ip == "None") {
         return Vec::new(); // headless: DNS only, nothing to proxy
     }
+    let reported = r.problems.len();
     let cluster_ips = parse_addresses(svc.cluster_ips.clone(), families, "clusterIP", "InvalidClusterIP", &mut r);
     if cluster_ips.is_empty() {
-        let families: Vec<String> = families.iter().map(|f| f.to_string()).collect();
-        r.report(
-            "NoUsableClusterIP",
-            format!("no clusterIP of {:?} belongs to this node's families ({})", svc.cluster_ips, families.join(", ")),
-        );
+        // An unparsable address was reported already; otherwise say why nothing is usable.
+        if r.problems.len() == reported {
+            let families: Vec<String> = families.iter().map(|f| f.to_string()).collect();
+            r.report(
+                "NoUsableClusterIP",
+                format!(
+                    "no clusterIP of {:?} belongs to this node's families ({})",
+                    svc.cluster_ips,
+                    families.join(", ")
+                ),
+            );
+        }
         return Vec::new();
     }
     let external_ips = parse_addresses(svc.external_ips.clone(), families, "externalIP", "InvalidExternalIP", &mut r);
@@ -303,8 +311,8 @@ fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
         externally_accessible: port.externally_accessible(),
     };
     for family in IpFamily::ALL {
-        let of_family: Vec<Endpoint> =
-            port.endpoints.iter().filter(|ep| IpFamily::of(&ep.target.addr) == family).cloned().collect();
+        let of_family: Vec<&Endpoint> =
+            port.endpoints.iter().filter(|ep| IpFamily::of(&ep.target.addr) == family).collect();
         let selection = select(&of_family, &input);
         match family {
             IpFamily::V4 => port.v4 = selection,
@@ -321,7 +329,7 @@ fn collect_endpoints(
     slices: &[&source::EndpointSlice],
     problems: &mut Vec<Problem>,
 ) -> Vec<Endpoint> {
-    let mut by_target: BTreeMap<EndpointTarget, Endpoint> = BTreeMap::new();
+    let mut endpoints: Vec<Endpoint> = Vec::new();
     for slice in slices {
         let mut r = Reporter {
             object: ObjectRef::new(ObjectKind::EndpointSlice, &slice.namespace, &slice.name),
@@ -372,9 +380,8 @@ fn collect_endpoints(
                     }
                 };
                 let ready = ep.ready.unwrap_or(true);
-                let target = EndpointTarget { addr, port };
-                by_target.entry(target).or_insert_with(|| Endpoint {
-                    target,
+                endpoints.push(Endpoint {
+                    target: EndpointTarget { addr, port },
                     ready,
                     serving: ep.serving.unwrap_or(ready),
                     terminating: ep.terminating.unwrap_or(false),
@@ -385,7 +392,10 @@ fn collect_endpoints(
             }
         }
     }
-    by_target.into_values().collect()
+    // The same address and port listed twice (two slices during a rollout): the first wins.
+    endpoints.sort_by_key(|ep| ep.target);
+    endpoints.dedup_by(|later, first| later.target == first.target);
+    endpoints
 }
 
 /// Which Service port owns each address, port and protocol, so that two Services can never

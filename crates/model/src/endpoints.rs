@@ -19,7 +19,7 @@ enum Topology {
 }
 
 /// Chooses the endpoints of one family (`endpoints` must all be of that family).
-pub(crate) fn select(endpoints: &[Endpoint], input: &SelectionInput<'_>) -> EndpointSelection {
+pub(crate) fn select(endpoints: &[&Endpoint], input: &SelectionInput<'_>) -> EndpointSelection {
     // Cluster endpoints are needed whenever internal traffic uses them, and for any externally
     // reachable port (even with externalTrafficPolicy Local, pods and the node short-circuit to
     // the cluster-wide set).
@@ -38,8 +38,7 @@ pub(crate) fn select(endpoints: &[Endpoint], input: &SelectionInput<'_>) -> Endp
         selection.has_any = !selection.cluster.is_empty();
     }
     if uses_local {
-        let usable = |ep: &Endpoint| ep.ready || (ep.serving && ep.terminating);
-        selection.has_any |= endpoints.iter().any(usable);
+        selection.has_any |= endpoints.iter().any(|ep| ep.ready || (ep.serving && ep.terminating));
         selection.local = targets(endpoints, |ep| ep.is_local && ep.ready);
         if selection.local.is_empty() {
             selection.local = targets(endpoints, |ep| ep.is_local && ep.serving && ep.terminating);
@@ -48,7 +47,7 @@ pub(crate) fn select(endpoints: &[Endpoint], input: &SelectionInput<'_>) -> Endp
     selection
 }
 
-fn targets(endpoints: &[Endpoint], keep: impl Fn(&Endpoint) -> bool) -> Vec<EndpointTarget> {
+fn targets(endpoints: &[&Endpoint], keep: impl Fn(&Endpoint) -> bool) -> Vec<EndpointTarget> {
     let mut out: Vec<EndpointTarget> = endpoints.iter().filter(|ep| keep(ep)).map(|ep| ep.target).collect();
     out.sort();
     out.dedup();
@@ -57,8 +56,8 @@ fn targets(endpoints: &[Endpoint], keep: impl Fn(&Endpoint) -> bool) -> Vec<Endp
 
 /// Hints apply only when every ready endpoint carries them and at least one is meant for this
 /// node (node hints, `trafficDistribution: PreferSameNode`) or its zone (zone hints).
-fn topology_from_hints(endpoints: &[Endpoint], input: &SelectionInput<'_>) -> Topology {
-    let ready: Vec<&Endpoint> = endpoints.iter().filter(|ep| ep.ready).collect();
+fn topology_from_hints(endpoints: &[&Endpoint], input: &SelectionInput<'_>) -> Topology {
+    let ready: Vec<&Endpoint> = endpoints.iter().copied().filter(|ep| ep.ready).collect();
     if ready.is_empty() {
         return Topology::All;
     }
@@ -118,14 +117,14 @@ mod tests {
     #[test]
     fn cluster_policy_uses_ready_endpoints_and_ignores_terminating() {
         // Upstream scenario 30: ready .1 .2 (local) and .5 (remote), plus terminating ones.
-        let eps = vec![
+        let eps = [
             ep("10.0.1.1", true, true, false, true),
             ep("10.0.1.2", true, true, false, true),
             ep("10.0.1.3", false, true, true, true),
             ep("10.0.1.4", false, false, true, true),
             ep("10.0.1.5", true, true, false, false),
         ];
-        let s = select(&eps, &input(false, false, false));
+        let s = select(&eps.iter().collect::<Vec<_>>(), &input(false, false, false));
         assert_eq!(addrs(&s.cluster), ["10.0.1.1", "10.0.1.2", "10.0.1.5"]);
         assert!(s.local.is_empty());
         assert!(s.has_any);
@@ -135,40 +134,40 @@ mod tests {
     fn cluster_policy_falls_back_to_serving_terminating() {
         // Upstream scenario 31: no ready endpoints, serving-terminating ones are used, never the
         // not-serving one.
-        let eps = vec![
+        let eps = [
             ep("10.0.1.2", false, true, true, true),
             ep("10.0.1.3", false, true, true, true),
             ep("10.0.1.4", false, false, true, true),
             ep("10.0.1.5", false, true, true, false),
         ];
-        let s = select(&eps, &input(false, false, false));
+        let s = select(&eps.iter().collect::<Vec<_>>(), &input(false, false, false));
         assert_eq!(addrs(&s.cluster), ["10.0.1.2", "10.0.1.3", "10.0.1.5"]);
     }
 
     #[test]
     fn local_policy_prefers_local_ready_then_local_terminating() {
         // Upstream scenario 32: local endpoints all serving-terminating, remote ready .5.
-        let eps = vec![
+        let eps = [
             ep("10.0.1.1", false, true, true, true),
             ep("10.0.1.2", false, true, true, true),
             ep("10.0.1.5", true, true, false, false),
         ];
-        let s = select(&eps, &input(false, true, true));
+        let s = select(&eps.iter().collect::<Vec<_>>(), &input(false, true, true));
         assert_eq!(addrs(&s.local), ["10.0.1.1", "10.0.1.2"]);
         assert_eq!(addrs(&s.cluster), ["10.0.1.5"]);
     }
 
     #[test]
     fn nothing_usable_means_no_endpoints() {
-        let eps = vec![ep("10.0.1.4", false, false, true, true)];
-        let s = select(&eps, &input(false, true, true));
+        let eps = [ep("10.0.1.4", false, false, true, true)];
+        let s = select(&eps.iter().collect::<Vec<_>>(), &input(false, true, true));
         assert!(s.cluster.is_empty() && s.local.is_empty() && !s.has_any);
     }
 
     #[test]
     fn internal_local_without_external_access_skips_cluster_set() {
-        let eps = vec![ep("10.0.1.1", true, true, false, true), ep("10.0.2.1", true, true, false, false)];
-        let s = select(&eps, &input(true, false, false));
+        let eps = [ep("10.0.1.1", true, true, false, true), ep("10.0.2.1", true, true, false, false)];
+        let s = select(&eps.iter().collect::<Vec<_>>(), &input(true, false, false));
         assert!(s.cluster.is_empty());
         assert_eq!(addrs(&s.local), ["10.0.1.1"]);
         assert!(s.has_any);
@@ -180,17 +179,17 @@ mod tests {
         let mut b = ep("10.0.1.2", true, true, false, false);
         a.zone_hints = vec!["zone-a".into()];
         b.zone_hints = vec!["zone-b".into()];
-        let s = select(&[a.clone(), b.clone()], &input(false, false, false));
+        let s = select(&[&a, &b], &input(false, false, false));
         assert_eq!(addrs(&s.cluster), ["10.0.1.1"]);
 
         // One ready endpoint without hints turns filtering off.
         let c = ep("10.0.1.3", true, true, false, false);
-        let s = select(&[a.clone(), b.clone(), c], &input(false, false, false));
+        let s = select(&[&a, &b, &c], &input(false, false, false));
         assert_eq!(s.cluster.len(), 3);
 
         // Hints for other zones only: fall back to all.
         a.zone_hints = vec!["zone-c".into()];
-        let s = select(&[a, b], &input(false, false, false));
+        let s = select(&[&a, &b], &input(false, false, false));
         assert_eq!(s.cluster.len(), 2);
     }
 
@@ -202,7 +201,7 @@ mod tests {
         b.node_hints = vec!["other-node".into()];
         a.zone_hints = vec!["zone-a".into()];
         b.zone_hints = vec!["zone-a".into()];
-        let s = select(&[a, b], &input(false, false, false));
+        let s = select(&[&a, &b], &input(false, false, false));
         assert_eq!(addrs(&s.cluster), ["10.0.1.1"]);
     }
 }

@@ -2,8 +2,9 @@
 //! whose size follows the change, not the table.
 
 use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set};
-use crate::transaction::{Op, Transaction};
+use crate::transaction::{ElementList, Op, Transaction};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// A transaction and the ruleset the kernel holds once it commits.
 #[derive(Clone, Debug)]
@@ -17,6 +18,7 @@ pub struct Plan {
 
 /// Plans the move from `committed` (`None`: our table does not exist) to `desired`.
 pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
+    // Cheap: element maps are shared, not copied.
     let mut result = desired.clone();
     let empty = Ruleset::new(desired.table.clone());
     let (have, mut tx) = match committed {
@@ -111,15 +113,18 @@ pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
     for name in &recreated {
         tx.ops.push(Op::AddSet(result.sets[name].decl.clone()));
     }
-    // 5. Element additions.
+    // 5. Element additions: all of a new set (shared, not copied), or what changed.
     for (name, want) in &result.sets {
-        let old = have.sets.get(name).filter(|_| !recreated.contains(name));
-        let elements: Vec<(Blob, Elem)> = want
-            .elements
-            .iter()
-            .filter(|(k, e)| old.is_none_or(|o| o.elements.get(*k) != Some(*e)))
-            .map(|(k, e)| (*k, e.clone()))
-            .collect();
+        let elements = match have.sets.get(name).filter(|_| !recreated.contains(name)) {
+            None => ElementList::All(Arc::clone(&want.elements)),
+            Some(old) => ElementList::List(
+                want.elements
+                    .iter()
+                    .filter(|(k, e)| old.elements.get(*k) != Some(*e))
+                    .map(|(k, e)| (*k, e.clone()))
+                    .collect(),
+            ),
+        };
         if !elements.is_empty() {
             tx.ops.push(Op::AddElements { set: name.clone(), decl: want.decl.clone(), elements });
         }
@@ -151,6 +156,9 @@ fn keep_slots(old: &Set, want: &mut Set) {
         groups
     };
     let old_groups = group(&old.elements);
+    if old_groups.is_empty() {
+        return;
+    }
     let mut adjusted = BTreeMap::new();
     for (gkey, mut members) in group(&want.elements) {
         if let Some(old_members) = old_groups.get(&gkey)
@@ -178,5 +186,5 @@ fn keep_slots(old: &Set, want: &mut Set) {
             adjusted.insert(k, e);
         }
     }
-    want.elements = adjusted;
+    want.elements = Arc::new(adjusted);
 }

@@ -115,6 +115,6 @@ pub mod k {
     /// old names (1..4), everything else is NFT_REG32_xx. The kernel dumps registers this way,
     /// and nft sends them this way.
     pub fn reg(slot: usize) -> u32 {
-        if slot % 4 == 0 { NFT_REG_1 + (slot / 4) as u32 } else { NFT_REG32_00 + slot as u32 }
+        if slot.is_multiple_of(4) { NFT_REG_1 + (slot / 4) as u32 } else { NFT_REG32_00 + slot as u32 }
     }
 }

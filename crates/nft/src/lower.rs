@@ -100,7 +100,7 @@ impl Lowering {
         let mut slot = 0;
         for sel in key {
             self.load(*sel, k::reg(slot), None);
-            slot += padded(sel.datatype().len()) / 4;
+            slot += padded(sel.datatype().bytes()) / 4;
         }
         k::NFT_REG_1
     }
@@ -120,14 +120,14 @@ impl Lowering {
                 self.push(LowExpr::Cmp { sreg: r1, op: cmp_op(*op), data });
             }
             Match::Prefix { left, op, net } => {
-                let full = left.datatype().len() as u32 * 8;
+                let full = left.datatype().bytes() as u32 * 8;
                 let prefix = net.prefix() as u32;
                 let mut addr = Vec::new();
                 Value::Addr(net.addr()).encode(&mut addr);
                 if prefix == full {
                     self.load(*left, r1, None);
                     self.push(LowExpr::Cmp { sreg: r1, op: cmp_op(*op), data: addr });
-                } else if prefix % 8 == 0 {
+                } else if prefix.is_multiple_of(8) {
                     // nft narrows a byte-aligned prefix to a shorter load and compare.
                     let bytes = (prefix / 8) as usize;
                     self.load(*left, r1, Some(bytes as u32));

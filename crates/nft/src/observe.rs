@@ -131,6 +131,7 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
             comment: udata.comment,
         };
         let mut set = Set::new(decl);
+        let mut elements = BTreeMap::new();
         for e in elems {
             let Some(key) = Blob::try_new(&e.key) else {
                 foreign.push(format!("element of {} with a {}-byte key", w.name, e.key.len()));
@@ -146,8 +147,9 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
                 (None, Some(d)) => Blob::try_new(d).map(ElemData::Value),
                 (None, None) => None,
             };
-            set.elements.insert(key, Elem { data, comment });
+            elements.insert(key, Elem { data, comment });
         }
+        set.elements = Arc::new(elements);
         rs.sets.insert(w.name, set);
     }
 
@@ -194,6 +196,5 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
             .rules
             .push(rule);
     }
-    let _: BTreeMap<(), ()> = BTreeMap::new();
     Observed { ruleset: rs, foreign }
 }

@@ -129,10 +129,10 @@ impl Raising<'_> {
         let mut key = Vec::new();
         while let Some(pos) = self.pending.iter().position(|(p, _)| *p == s) {
             let Content::Sel(sel, len) = self.pending.remove(pos).1 else { return None };
-            if len as usize != sel.datatype().len() {
+            if len as usize != sel.datatype().bytes() {
                 return None;
             }
-            s += padded(sel.datatype().len()) / 4;
+            s += padded(sel.datatype().bytes()) / 4;
             key.push(sel);
         }
         (!key.is_empty() && self.pending.is_empty()).then_some(key)
@@ -175,12 +175,12 @@ impl Raising<'_> {
                     k::NFT_META_IIFNAME => Selector::IifName,
                     _ => return None,
                 };
-                self.load(*dreg, Content::Sel(sel, sel.datatype().len() as u32));
+                self.load(*dreg, Content::Sel(sel, sel.datatype().bytes() as u32));
                 Some(i + 1)
             }
             LowExpr::Payload { base, offset, len, dreg } => {
                 let sel = selector_of_payload(*base, *offset)?;
-                if *len == 0 || *len as usize > sel.datatype().len() {
+                if *len == 0 || *len as usize > sel.datatype().bytes() {
                     return None;
                 }
                 self.load(*dreg, Content::Sel(sel, *len));
@@ -237,7 +237,7 @@ impl Raising<'_> {
                     Content::Sel(Selector::IifName, _) => {
                         Match::IfnamePrefix { op, prefix: String::from_utf8(data.clone()).ok()? }
                     }
-                    Content::Sel(sel, len) if (len as usize) == sel.datatype().len() => {
+                    Content::Sel(sel, len) if (len as usize) == sel.datatype().bytes() => {
                         if data.len() != len as usize {
                             return None;
                         }

@@ -80,20 +80,32 @@ pub enum Value {
 }
 
 impl Value {
-    /// The value in the kernel's byte layout for a datatype.
+    /// Appends the value in the kernel's byte layout.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut buf = [0u8; 16];
+        let n = self.encode_into(&mut buf);
+        out.extend_from_slice(&buf[..n]);
+    }
+
+    /// Writes the value in the kernel's byte layout into `out` (at least 16 bytes) and returns
+    /// its length.
+    pub fn encode_into(&self, out: &mut [u8]) -> usize {
+        let mut put = |b: &[u8]| {
+            out[..b.len()].copy_from_slice(b);
+            b.len()
+        };
         match self {
-            Value::Addr(IpAddr::V4(a)) => out.extend_from_slice(&a.octets()),
-            Value::Addr(IpAddr::V6(a)) => out.extend_from_slice(&a.octets()),
-            Value::Proto(p) => out.push(*p),
-            Value::Port(p) => out.extend_from_slice(&p.to_be_bytes()),
-            Value::Int(i) => out.extend_from_slice(&i.to_ne_bytes()),
-            Value::Local => out.extend_from_slice(&RTN_LOCAL.to_ne_bytes()),
+            Value::Addr(IpAddr::V4(a)) => put(&a.octets()),
+            Value::Addr(IpAddr::V6(a)) => put(&a.octets()),
+            Value::Proto(p) => put(&[*p]),
+            Value::Port(p) => put(&p.to_be_bytes()),
+            Value::Int(i) => put(&i.to_ne_bytes()),
+            Value::Local => put(&RTN_LOCAL.to_ne_bytes()),
             Value::Ifname(name) => {
                 let mut b = [0u8; 16];
                 let n = name.len().min(15);
                 b[..n].copy_from_slice(&name.as_bytes()[..n]);
-                out.extend_from_slice(&b);
+                put(&b)
             }
         }
     }
@@ -129,16 +141,16 @@ pub const RTN_LOCAL: u32 = 2;
 /// Encodes a concatenation of values in the kernel's layout (each part padded to 4 bytes, a
 /// lone value unpadded).
 pub fn encode_concat(values: &[Value]) -> Blob {
-    let mut out = Vec::with_capacity(Blob::MAX);
+    let mut buf = [0u8; Blob::MAX + 16];
     if let [single] = values {
-        single.encode(&mut out);
-        return Blob::new(&out);
+        let n = single.encode_into(&mut buf);
+        return Blob::new(&buf[..n]);
     }
+    let mut len = 0;
     for v in values {
-        v.encode(&mut out);
-        out.resize(padded(out.len()), 0);
+        len = padded(len + v.encode_into(&mut buf[len..]));
     }
-    Blob::new(&out)
+    Blob::new(&buf[..len])
 }
 
 /// Decodes a concatenation laid out by [`encode_concat`].
@@ -150,7 +162,7 @@ pub fn decode_concat(types: &[Datatype], blob: &[u8]) -> Option<Vec<Value>> {
     let mut offset = 0;
     for ty in types {
         out.push(Value::decode(*ty, blob.get(offset..)?)?);
-        offset += padded(ty.len());
+        offset += padded(ty.bytes());
     }
     (offset == blob.len()).then_some(out)
 }

@@ -165,29 +165,33 @@ impl Hook {
     }
 }
 
+/// Elements by key. Shared, so that a transaction can send a whole set without copying a
+/// million elements; changed with `Arc::make_mut`.
+pub type Elements = Arc<BTreeMap<Blob, Elem>>;
+
 /// A named set or map and its elements.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Set {
     /// The declaration.
     pub decl: SetDecl,
     /// Elements by key.
-    pub elements: BTreeMap<Blob, Elem>,
+    pub elements: Elements,
 }
 
 impl Set {
     /// An empty set.
     pub fn new(decl: SetDecl) -> Set {
-        Set { decl, elements: BTreeMap::new() }
+        Set { decl, elements: Arc::new(BTreeMap::new()) }
     }
 
     /// The elements with slot-keyed groups sorted by value, so that two maps holding the same
     /// endpoints in different slots compare equal (see [`Ruleset::equivalent`]).
     pub fn canonical_elements(&self) -> BTreeMap<Blob, Elem> {
         let Some(prefix) = self.decl.slot_prefix_len() else {
-            return self.elements.clone();
+            return (*self.elements).clone();
         };
         let mut groups: BTreeMap<Blob, Vec<(Blob, Elem)>> = BTreeMap::new();
-        for (key, elem) in &self.elements {
+        for (key, elem) in self.elements.iter() {
             groups.entry(key.prefix(prefix)).or_default().push((*key, elem.clone()));
         }
         let mut out = BTreeMap::new();
@@ -253,7 +257,7 @@ impl SetDecl {
     pub fn slot_prefix_len(&self) -> Option<usize> {
         match &self.key {
             KeySpec::Typeof(sels) if matches!(sels.last(), Some(Selector::Numgen(_))) => {
-                Some(sels[..sels.len() - 1].iter().map(|s| padded(s.datatype().len())).sum())
+                Some(sels[..sels.len() - 1].iter().map(|s| padded(s.datatype().bytes())).sum())
             }
             _ => None,
         }
@@ -274,8 +278,8 @@ impl SetDecl {
 /// lone value which keeps its own length.
 pub fn concat_len(types: &[Datatype]) -> usize {
     match types {
-        [single] => single.len(),
-        many => many.iter().map(|t| padded(t.len())).sum(),
+        [single] => single.bytes(),
+        many => many.iter().map(|t| padded(t.bytes())).sum(),
     }
 }
 
@@ -388,8 +392,8 @@ impl Datatype {
         }
     }
 
-    /// Length in bytes.
-    pub fn len(self) -> usize {
+    /// Width of a value in bytes.
+    pub fn bytes(self) -> usize {
         match self {
             Datatype::Ipv4Addr | Datatype::Mark | Datatype::Integer | Datatype::FibAddrType => 4,
             Datatype::CtState | Datatype::CtStatus => 4,
@@ -490,8 +494,8 @@ pub struct Blob {
 }
 
 impl Blob {
-    /// The longest key verdict builds: `ip6 saddr . ip6 daddr` is 32 bytes, plus margin.
-    pub const MAX: usize = 44;
+    /// The longest key verdict builds: `ip6 saddr . ip6 daddr`, 32 bytes.
+    pub const MAX: usize = 32;
 
     /// Bytes as a blob. Panics if longer than [`Blob::MAX`] (keys are built by our own code).
     pub fn new(b: &[u8]) -> Blob {

@@ -358,7 +358,8 @@ pub fn script(tx: &Transaction) -> String {
             TxOp::AddElements { set, decl, elements: elems } => {
                 let key_types = decl.key_types();
                 let data_types = decl.data.as_ref().map(|s| s.datatypes()).unwrap_or_default();
-                for chunk in elems.chunks(ELEMENTS_PER_COMMAND) {
+                let all: Vec<(&Blob, &Elem)> = elems.iter().collect();
+                for chunk in all.chunks(ELEMENTS_PER_COMMAND) {
                     let body: Vec<String> = chunk
                         .iter()
                         .map(|(k, e)| {

@@ -1,8 +1,40 @@
 //! A transaction: the typed operations one sync sends to the kernel in one batch.
 
 use crate::rule::Rule;
-use crate::ruleset::{BaseChain, Blob, Elem, SetDecl, Table};
+use crate::ruleset::{BaseChain, Blob, Elem, Elements, SetDecl, Table};
 use std::fmt;
+
+/// Elements to add: a list, or every element of a set (shared with the ruleset, not copied).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ElementList {
+    /// These elements.
+    List(Vec<(Blob, Elem)>),
+    /// All elements of a (new) set.
+    All(Elements),
+}
+
+impl ElementList {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            ElementList::List(v) => v.len(),
+            ElementList::All(m) => m.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements in key order.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&Blob, &Elem)> + '_> {
+        match self {
+            ElementList::List(v) => Box::new(v.iter().map(|(k, e)| (k, e))),
+            ElementList::All(m) => Box::new(m.iter()),
+        }
+    }
+}
 
 /// Operations on one table, in the order the kernel must see them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -49,7 +81,7 @@ pub enum Op {
         /// Its declaration (how keys and data are laid out).
         decl: SetDecl,
         /// Keys and their data.
-        elements: Vec<(Blob, Elem)>,
+        elements: ElementList,
     },
     /// Delete elements.
     DeleteElements {

@@ -41,6 +41,14 @@ pub(crate) const NLM_F_DUMP: u16 = 0x300;
 /// The largest message this module builds; the scratch buffer is twice that.
 pub(crate) const MAX_MESSAGE: usize = 64 * 1024;
 
+/// The header fields of a message being built: type (NFT_MSG_*), flags (NLM_F_*), sequence.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hdr {
+    pub msg_type: u16,
+    pub flags: u16,
+    pub seq: u32,
+}
+
 /// A chain as it travels on the wire.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ChainWire {
@@ -179,17 +187,10 @@ impl Scratch {
     }
 
     /// Builds one message with libnftnl and appends it to `out`.
-    fn build(
-        &mut self,
-        out: &mut Vec<u8>,
-        msg_type: u16,
-        flags: u16,
-        seq: u32,
-        payload: impl FnOnce(*mut libc::nlmsghdr),
-    ) {
+    fn build(&mut self, out: &mut Vec<u8>, h: Hdr, payload: impl FnOnce(*mut libc::nlmsghdr)) {
         // SAFETY: the scratch buffer is aligned for nlmsghdr and larger than any message built
         // here; nftnl_nlmsg_build_hdr writes the 20-byte header into it.
-        let nlh = unsafe { sys::nftnl_nlmsg_build_hdr(self.ptr(), msg_type, NFPROTO_INET, flags, seq) };
+        let nlh = unsafe { sys::nftnl_nlmsg_build_hdr(self.ptr(), h.msg_type, NFPROTO_INET, h.flags, h.seq) };
         payload(nlh);
         // SAFETY: nlh points at the header just written.
         let len = unsafe { (*nlh).nlmsg_len } as usize;
@@ -199,15 +200,7 @@ impl Scratch {
 
 // ---------------------------------------------------------------- building
 
-pub(crate) fn put_table(
-    s: &mut Scratch,
-    out: &mut Vec<u8>,
-    msg_type: u16,
-    flags: u16,
-    seq: u32,
-    name: &str,
-    udata: Option<&[u8]>,
-) {
+pub(crate) fn put_table(s: &mut Scratch, out: &mut Vec<u8>, h: Hdr, name: &str, udata: Option<&[u8]>) {
     let t = Owned::new(
         // SAFETY: plain allocation.
         unsafe { sys::nftnl_table_alloc() },
@@ -220,21 +213,13 @@ pub(crate) fn put_table(
             sys::nftnl_table_set_data(t.as_ptr(), sys::NFTNL_TABLE_USERDATA as u16, u.as_ptr().cast(), u.len() as u32);
         }
     }
-    s.build(out, msg_type, flags, seq, |nlh| {
+    s.build(out, h, |nlh| {
         // SAFETY: nlh is the header of the message being built in the scratch buffer.
         unsafe { sys::nftnl_table_nlmsg_build_payload(nlh, t.as_ptr()) }
     });
 }
 
-pub(crate) fn put_chain(
-    s: &mut Scratch,
-    out: &mut Vec<u8>,
-    msg_type: u16,
-    flags: u16,
-    seq: u32,
-    table: &str,
-    c: &ChainWire,
-) {
+pub(crate) fn put_chain(s: &mut Scratch, out: &mut Vec<u8>, h: Hdr, table: &str, c: &ChainWire) {
     let chain = Owned::new(
         // SAFETY: plain allocation.
         unsafe { sys::nftnl_chain_alloc() },
@@ -258,7 +243,7 @@ pub(crate) fn put_chain(
             sys::nftnl_chain_set_u32(chain.as_ptr(), sys::NFTNL_CHAIN_POLICY as u16, 1);
         }
     }
-    s.build(out, msg_type, flags, seq, |nlh| {
+    s.build(out, h, |nlh| {
         // SAFETY: nlh is the header being built.
         unsafe { sys::nftnl_chain_nlmsg_build_payload(nlh, chain.as_ptr()) }
     });
@@ -266,16 +251,7 @@ pub(crate) fn put_chain(
 
 /// A rule (`exprs` empty and `msg_type` DELRULE: flush the chain). `anon` gives the set id of
 /// each anonymous set the rule's lookups refer to (named `__set%d`).
-pub(crate) fn put_rule(
-    s: &mut Scratch,
-    out: &mut Vec<u8>,
-    msg_type: u16,
-    flags: u16,
-    seq: u32,
-    table: &str,
-    r: &RuleWire,
-    anon: &[u32],
-) {
+pub(crate) fn put_rule(s: &mut Scratch, out: &mut Vec<u8>, h: Hdr, table: &str, r: &RuleWire, anon: &[u32]) {
     let rule = Owned::new(
         // SAFETY: plain allocation.
         unsafe { sys::nftnl_rule_alloc() },
@@ -296,7 +272,7 @@ pub(crate) fn put_rule(
         // SAFETY: the rule takes ownership of the expression and frees it with itself.
         unsafe { sys::nftnl_rule_add_expr(rule.as_ptr(), expr.into_raw()) };
     }
-    s.build(out, msg_type, flags, seq, |nlh| {
+    s.build(out, h, |nlh| {
         // SAFETY: nlh is the header being built.
         unsafe { sys::nftnl_rule_nlmsg_build_payload(nlh, rule.as_ptr()) }
     });
@@ -461,18 +437,10 @@ fn p_set_id(p: *mut sys::nftnl_set, id: Option<u32>) {
     }
 }
 
-pub(crate) fn put_set(
-    s: &mut Scratch,
-    out: &mut Vec<u8>,
-    msg_type: u16,
-    flags: u16,
-    seq: u32,
-    table: &str,
-    w: &SetWire,
-) {
+pub(crate) fn put_set(s: &mut Scratch, out: &mut Vec<u8>, h: Hdr, table: &str, w: &SetWire) {
     let set = new_set(table, w);
     let p = set.as_ptr();
-    if msg_type == NFT_MSG_NEWSET {
+    if h.msg_type == NFT_MSG_NEWSET {
         // SAFETY: `p` is a live set; data setters copy.
         unsafe {
             sys::nftnl_set_set_u32(p, sys::NFTNL_SET_FLAGS as u16, w.flags);
@@ -498,7 +466,7 @@ pub(crate) fn put_set(
             }
         }
     }
-    s.build(out, msg_type, flags, seq, |nlh| {
+    s.build(out, h, |nlh| {
         // SAFETY: nlh is the header being built.
         unsafe { sys::nftnl_set_nlmsg_build_payload(nlh, p) }
     });
@@ -508,9 +476,7 @@ pub(crate) fn put_set(
 pub(crate) fn put_elems(
     s: &mut Scratch,
     out: &mut Vec<u8>,
-    msg_type: u16,
-    flags: u16,
-    seq: u32,
+    h: Hdr,
     table: &str,
     set_name: &str,
     set_id: Option<u32>,
@@ -543,7 +509,7 @@ pub(crate) fn put_elems(
             sys::nftnl_set_elem_add(set.as_ptr(), el.into_raw());
         }
     }
-    s.build(out, msg_type, flags, seq, |nlh| {
+    s.build(out, h, |nlh| {
         // SAFETY: nlh is the header being built.
         unsafe { sys::nftnl_set_elems_nlmsg_build_payload(nlh, set.as_ptr()) }
     });
@@ -558,22 +524,23 @@ pub(crate) fn put_dump_request(
     table: &str,
     set: Option<&str>,
 ) {
+    let dump = Hdr { msg_type, flags: NLM_F_DUMP, seq };
     match msg_type {
-        NFT_MSG_GETTABLE => put_table(s, out, msg_type, 0, seq, table, None),
-        NFT_MSG_GETCHAIN => put_chain(s, out, msg_type, NLM_F_DUMP, seq, table, &ChainWire::default()),
-        NFT_MSG_GETRULE => put_rule(s, out, msg_type, NLM_F_DUMP, seq, table, &RuleWire::default(), &[]),
+        NFT_MSG_GETTABLE => put_table(s, out, Hdr { flags: 0, ..dump }, table, None),
+        NFT_MSG_GETCHAIN => put_chain(s, out, dump, table, &ChainWire::default()),
+        NFT_MSG_GETRULE => put_rule(s, out, dump, table, &RuleWire::default(), &[]),
         NFT_MSG_GETSET => {
             let set = new_set(table, &SetWire::default());
             // An empty name would filter on it; dump requests carry only the table.
             // SAFETY: `set` is live.
             unsafe { sys::nftnl_set_unset(set.as_ptr(), sys::NFTNL_SET_NAME as u16) };
-            s.build(out, msg_type, NLM_F_DUMP, seq, |nlh| {
+            s.build(out, dump, |nlh| {
                 // SAFETY: nlh is the header being built.
                 unsafe { sys::nftnl_set_nlmsg_build_payload(nlh, set.as_ptr()) }
             });
         }
-        NFT_MSG_GETSETELEM => put_elems(s, out, msg_type, NLM_F_DUMP, seq, table, set.unwrap_or_default(), None, &[]),
-        NFT_MSG_GETGEN => s.build(out, msg_type, 0, seq, |_| {}),
+        NFT_MSG_GETSETELEM => put_elems(s, out, dump, table, set.unwrap_or_default(), None, &[]),
+        NFT_MSG_GETGEN => s.build(out, Hdr { flags: 0, ..dump }, |_| {}),
         other => unreachable!("no dump request for message type {other}"),
     }
 }

@@ -8,14 +8,16 @@
 //! are split below the 64 KiB attribute limit. A transaction the kernel refuses changes
 //! nothing, and the error names the operation, the object and the errno.
 
+mod elements;
 mod glue;
 pub(crate) mod wire;
 
 use crate::low::LowRule;
-use crate::lower::{lower, verdict_data};
-use crate::ruleset::{Blob, DataSpec, Elem, ElemData, SetDecl, concat_len, concat_type_id};
+use crate::lower::lower;
+use crate::ruleset::{Blob, DataSpec, Elem, ElemData, SetDecl, Verdict, concat_len, concat_type_id};
 use crate::transaction::{Op, Transaction};
-use glue::{ChainWire, ElemWire, RuleWire, Scratch, SetWire, Socket};
+use elements::ElemRef;
+use glue::{ChainWire, ElemWire, Hdr, RuleWire, Scratch, SetWire, Socket};
 pub(crate) use glue::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, NFT_MSG_GETTABLE};
 use nix::errno::Errno;
 use std::io;
@@ -84,9 +86,9 @@ impl EncodedBatch {
         self.body.len()
     }
 
-    /// Whether the batch holds no messages.
+    /// Whether the batch holds no messages besides begin and end.
     pub fn is_empty(&self) -> bool {
-        self.body.is_empty()
+        self.op_of_message.is_empty()
     }
 
     /// Number of messages (without begin and end).
@@ -136,23 +138,20 @@ impl Netlink {
         if tx.is_empty() {
             return Ok(CommitStats::default());
         }
-        let batch = self.encode(tx);
-        self.commit_encoded(&batch)
+        let mut batch = self.encode(tx);
+        self.commit_encoded(&mut batch)
     }
 
     /// Commits a batch made by [`Netlink::encode`].
-    pub fn commit_encoded(&mut self, batch: &EncodedBatch) -> Result<CommitStats, NetlinkError> {
+    pub fn commit_encoded(&mut self, batch: &mut EncodedBatch) -> Result<CommitStats, NetlinkError> {
         let mut retries = 0;
         loop {
             let genid = self.genid()?;
-            let mut buf = Vec::with_capacity(batch.body.len() + 64);
-            wire::put_begin(&mut buf, FIRST_SEQ - 1, Some(genid));
-            buf.extend_from_slice(&batch.body);
-            let end_seq = FIRST_SEQ + batch.op_of_message.len() as u32;
-            wire::put_end(&mut buf, end_seq);
+            wire::set_begin_genid(&mut batch.body, genid);
+            let buf = &batch.body;
             self.sock.size_buffers(buf.len() + 64 * 1024, 4 << 20).map_err(NetlinkError::Io)?;
             let started = Instant::now();
-            self.sock.send(&buf).map_err(NetlinkError::Io)?;
+            self.sock.send(buf).map_err(NetlinkError::Io)?;
             let kernel_us = started.elapsed().as_micros() as u64;
             let errors = self.drain()?;
             if errors.is_empty() {
@@ -339,35 +338,28 @@ fn set_wire(decl: &SetDecl, id: u32) -> SetWire {
     }
 }
 
-pub(crate) fn elem_wire(key: &Blob, elem: &Elem) -> ElemWire {
-    let mut w = ElemWire { key: key.as_slice().to_vec(), ..ElemWire::default() };
-    match &elem.data {
-        None => {}
-        Some(ElemData::Verdict(v)) => {
-            if let crate::low::ImmData::Verdict(code, chain) = verdict_data(v) {
-                w.verdict = Some((code, chain));
-            }
-        }
-        Some(ElemData::Value(b)) => w.data = Some(b.as_slice().to_vec()),
+fn verdict_code(v: &Verdict) -> (i32, Option<&str>) {
+    use crate::low::k;
+    match v {
+        Verdict::Accept => (k::NF_ACCEPT, None),
+        Verdict::Drop => (k::NF_DROP, None),
+        Verdict::Return => (k::NFT_RETURN, None),
+        Verdict::Jump(c) => (k::NFT_JUMP, Some(c)),
+        Verdict::Goto(c) => (k::NFT_GOTO, Some(c)),
     }
-    w.udata = elem.comment.as_deref().map(wire::comment_udata);
-    w
 }
 
-/// Upper bound of an element's encoded size.
-fn elem_size(e: &ElemWire) -> usize {
-    let a = wire::align4;
-    let mut n = 4 + 8 + a(e.key.len()) + 8;
-    if let Some(d) = &e.data {
-        n += 8 + a(d.len());
+fn elem_ref<'a>(key: &'a Blob, elem: Option<&'a Elem>) -> ElemRef<'a> {
+    let mut r = ElemRef { key: key.as_slice(), verdict: None, data: None, comment: None };
+    if let Some(e) = elem {
+        match &e.data {
+            None => {}
+            Some(ElemData::Verdict(v)) => r.verdict = Some(verdict_code(v)),
+            Some(ElemData::Value(b)) => r.data = Some(b.as_slice()),
+        }
+        r.comment = e.comment.as_deref();
     }
-    if let Some((_, chain)) = &e.verdict {
-        n += 20 + chain.as_ref().map(|c| a(c.len() + 1)).unwrap_or(0);
-    }
-    if let Some(u) = &e.udata {
-        n += 4 + a(u.len());
-    }
-    n
+    r
 }
 
 struct Encoder<'a> {
@@ -379,30 +371,27 @@ struct Encoder<'a> {
 }
 
 impl Encoder<'_> {
-    fn seq(&mut self) -> u32 {
+    /// The header of the next message (which belongs to the current operation).
+    fn hdr(&mut self, msg_type: u16, flags: u16) -> Hdr {
         self.out.op_of_message.push(self.op);
-        FIRST_SEQ + self.out.op_of_message.len() as u32 - 1
+        Hdr { msg_type, flags, seq: FIRST_SEQ + self.out.op_of_message.len() as u32 - 1 }
     }
 
-    fn elements(&mut self, msg_type: u16, set: &str, set_id: Option<u32>, elems: Vec<ElemWire>) {
+    fn elements<'e>(
+        &mut self,
+        msg_type: u16,
+        set: &str,
+        set_id: Option<u32>,
+        elems: impl Iterator<Item = ElemRef<'e>>,
+    ) {
         let flags = if msg_type == glue::NFT_MSG_NEWSETELEM { glue::NLM_F_CREATE } else { 0 };
-        let mut chunk: Vec<ElemWire> = Vec::new();
+        let mut chunk: Vec<ElemRef<'e>> = Vec::new();
         let mut size = 0;
         for e in elems {
-            let n = elem_size(&e);
+            let n = e.size();
             if size + n > ELEMENT_BUDGET && !chunk.is_empty() {
-                let seq = self.seq();
-                glue::put_elems(
-                    self.scratch,
-                    &mut self.out.body,
-                    msg_type,
-                    flags,
-                    seq,
-                    &self.table,
-                    set,
-                    set_id,
-                    &chunk,
-                );
+                let h = self.hdr(msg_type, flags);
+                elements::put_elements(&mut self.out.body, h, &self.table, set, set_id, &chunk);
                 chunk.clear();
                 size = 0;
             }
@@ -410,8 +399,8 @@ impl Encoder<'_> {
             chunk.push(e);
         }
         if !chunk.is_empty() {
-            let seq = self.seq();
-            glue::put_elems(self.scratch, &mut self.out.body, msg_type, flags, seq, &self.table, set, set_id, &chunk);
+            let h = self.hdr(msg_type, flags);
+            elements::put_elements(&mut self.out.body, h, &self.table, set, set_id, &chunk);
         }
     }
 
@@ -429,7 +418,7 @@ impl Encoder<'_> {
                 name: "__set%d".into(),
                 flags,
                 key_type: anon.key_type.id(),
-                key_len: anon.key_type.len() as u32,
+                key_len: anon.key_type.bytes() as u32,
                 data_type: anon.verdict_map.then_some(DATA_VERDICT),
                 data_len: 0,
                 id: Some(id),
@@ -437,28 +426,14 @@ impl Encoder<'_> {
                 timeout_ms: None,
                 udata: wire::anon_set_udata(anon.key_selector, anon.verdict_map),
             };
-            let seq = self.seq();
-            glue::put_set(
-                self.scratch,
-                &mut self.out.body,
-                glue::NFT_MSG_NEWSET,
-                glue::NLM_F_CREATE,
-                seq,
-                &self.table,
-                &w,
-            );
-            let elems = anon
-                .elements
-                .iter()
-                .map(|(key, verdict)| ElemWire {
-                    key: key.clone(),
-                    verdict: verdict.as_ref().and_then(|v| match verdict_data(v) {
-                        crate::low::ImmData::Verdict(code, chain) => Some((code, chain)),
-                        crate::low::ImmData::Value(_) => None,
-                    }),
-                    ..ElemWire::default()
-                })
-                .collect();
+            let h = self.hdr(glue::NFT_MSG_NEWSET, glue::NLM_F_CREATE);
+            glue::put_set(self.scratch, &mut self.out.body, h, &self.table, &w);
+            let elems = anon.elements.iter().map(|(key, verdict)| ElemRef {
+                key,
+                verdict: verdict.as_ref().map(verdict_code),
+                data: None,
+                comment: None,
+            });
             self.elements(glue::NFT_MSG_NEWSETELEM, "__set%d", Some(id), elems);
         }
         let w = RuleWire {
@@ -466,28 +441,32 @@ impl Encoder<'_> {
             exprs: low.exprs.clone(),
             udata: low.comment.as_deref().map(wire::comment_udata),
         };
-        let seq = self.seq();
-        glue::put_rule(
-            self.scratch,
-            &mut self.out.body,
-            glue::NFT_MSG_NEWRULE,
-            glue::NLM_F_CREATE | glue::NLM_F_APPEND,
-            seq,
-            &self.table,
-            &w,
-            &anon_ids,
-        );
+        let h = self.hdr(glue::NFT_MSG_NEWRULE, glue::NLM_F_CREATE | glue::NLM_F_APPEND);
+        glue::put_rule(self.scratch, &mut self.out.body, h, &self.table, &w, &anon_ids);
     }
 }
 
 fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
+    // Elements dominate large batches; size the buffer once instead of growing it by copies.
+    let estimate: usize = tx
+        .ops
+        .iter()
+        .map(|op| match op {
+            Op::AddElements { elements, .. } => elements.len() * 96,
+            Op::DeleteElements { keys, .. } => keys.len() * 48,
+            _ => 512,
+        })
+        .sum();
     let mut e = Encoder {
         scratch,
         table: tx.table.clone(),
-        out: EncodedBatch { body: Vec::new(), op_of_message: Vec::new(), descriptions: Vec::new() },
+        out: EncodedBatch { body: Vec::with_capacity(estimate), op_of_message: Vec::new(), descriptions: Vec::new() },
         next_set_id: 1,
         op: 0,
     };
+    // The batch begins with BEGIN (its generation id is filled in when sending) and ends
+    // with END, so the body is sent as it is, without copying it.
+    wire::put_begin(&mut e.out.body, FIRST_SEQ - 1, Some(0));
     for (i, op) in tx.ops.iter().enumerate() {
         e.op = i;
         e.out.descriptions.push(op.describe());
@@ -495,46 +474,30 @@ fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
         match op {
             Op::AddTable(t) => {
                 let udata = t.comment.as_deref().map(wire::comment_udata);
-                let seq = e.seq();
-                glue::put_table(
-                    e.scratch,
-                    &mut e.out.body,
-                    glue::NFT_MSG_NEWTABLE,
-                    glue::NLM_F_CREATE,
-                    seq,
-                    &table,
-                    udata.as_deref(),
-                );
+                let h = e.hdr(glue::NFT_MSG_NEWTABLE, glue::NLM_F_CREATE);
+                glue::put_table(e.scratch, &mut e.out.body, h, &table, udata.as_deref());
             }
             Op::DeleteTable => {
-                let seq = e.seq();
-                glue::put_table(e.scratch, &mut e.out.body, glue::NFT_MSG_DELTABLE, 0, seq, &table, None);
+                let h = e.hdr(glue::NFT_MSG_DELTABLE, 0);
+                glue::put_table(e.scratch, &mut e.out.body, h, &table, None);
             }
             Op::AddChain { name, base } => {
                 let w = ChainWire {
                     name: name.clone(),
                     hook: base.map(|b| (b.hook.number(), b.priority, b.kind.name().to_string())),
                 };
-                let seq = e.seq();
-                glue::put_chain(
-                    e.scratch,
-                    &mut e.out.body,
-                    glue::NFT_MSG_NEWCHAIN,
-                    glue::NLM_F_CREATE,
-                    seq,
-                    &table,
-                    &w,
-                );
+                let h = e.hdr(glue::NFT_MSG_NEWCHAIN, glue::NLM_F_CREATE);
+                glue::put_chain(e.scratch, &mut e.out.body, h, &table, &w);
             }
             Op::FlushChain(name) => {
-                let seq = e.seq();
+                let h = e.hdr(glue::NFT_MSG_DELRULE, 0);
                 let w = RuleWire { chain: name.clone(), ..RuleWire::default() };
-                glue::put_rule(e.scratch, &mut e.out.body, glue::NFT_MSG_DELRULE, 0, seq, &table, &w, &[]);
+                glue::put_rule(e.scratch, &mut e.out.body, h, &table, &w, &[]);
             }
             Op::DeleteChain(name) => {
-                let seq = e.seq();
+                let h = e.hdr(glue::NFT_MSG_DELCHAIN, 0);
                 let w = ChainWire { name: name.clone(), hook: None };
-                glue::put_chain(e.scratch, &mut e.out.body, glue::NFT_MSG_DELCHAIN, 0, seq, &table, &w);
+                glue::put_chain(e.scratch, &mut e.out.body, h, &table, &w);
             }
             Op::AddRule { chain, rule } => {
                 let low = lower(rule);
@@ -544,24 +507,73 @@ fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
                 let id = e.next_set_id;
                 e.next_set_id += 1;
                 let w = set_wire(decl, id);
-                let seq = e.seq();
-                glue::put_set(e.scratch, &mut e.out.body, glue::NFT_MSG_NEWSET, glue::NLM_F_CREATE, seq, &table, &w);
+                let h = e.hdr(glue::NFT_MSG_NEWSET, glue::NLM_F_CREATE);
+                glue::put_set(e.scratch, &mut e.out.body, h, &table, &w);
             }
             Op::DeleteSet(name) => {
-                let seq = e.seq();
+                let h = e.hdr(glue::NFT_MSG_DELSET, 0);
                 let w = SetWire { name: name.clone(), ..SetWire::default() };
-                glue::put_set(e.scratch, &mut e.out.body, glue::NFT_MSG_DELSET, 0, seq, &table, &w);
+                glue::put_set(e.scratch, &mut e.out.body, h, &table, &w);
             }
             Op::AddElements { set, elements, .. } => {
-                let elems = elements.iter().map(|(k, v)| elem_wire(k, v)).collect();
-                e.elements(glue::NFT_MSG_NEWSETELEM, set, None, elems);
+                e.elements(glue::NFT_MSG_NEWSETELEM, set, None, elements.iter().map(|(k, v)| elem_ref(k, Some(v))));
             }
             Op::DeleteElements { set, keys, .. } => {
-                let elems =
-                    keys.iter().map(|k| ElemWire { key: k.as_slice().to_vec(), ..ElemWire::default() }).collect();
-                e.elements(glue::NFT_MSG_DELSETELEM, set, None, elems);
+                e.elements(glue::NFT_MSG_DELSETELEM, set, None, keys.iter().map(|k| elem_ref(k, None)));
             }
         }
     }
+    let end_seq = FIRST_SEQ + e.out.op_of_message.len() as u32;
+    wire::put_end(&mut e.out.body, end_seq);
     e.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glue::{self, ElemWire, Scratch};
+
+    fn sample() -> Vec<ElemWire> {
+        vec![
+            ElemWire {
+                key: vec![172, 30, 0, 41, 6, 0, 0, 0, 0, 80, 0, 0],
+                verdict: Some((-4, Some("endpoints-2".into()))),
+                data: None,
+                udata: Some(super::wire::comment_udata("ns1/web:http")),
+            },
+            ElemWire {
+                key: vec![172, 30, 0, 41, 6, 0, 0, 0, 0, 80, 0, 0, 1, 0, 0, 0],
+                verdict: None,
+                data: Some(vec![10, 180, 0, 1, 0x1f, 0x90, 0, 0]),
+                udata: None,
+            },
+            ElemWire { key: vec![10, 0, 0, 1], verdict: Some((0, None)), data: None, udata: None },
+            ElemWire { key: vec![6], ..ElemWire::default() },
+        ]
+    }
+
+    #[test]
+    fn element_messages_match_libnftnl_byte_for_byte() {
+        let elems = sample();
+        for (msg_type, flags, set_id) in [
+            (glue::NFT_MSG_NEWSETELEM, glue::NLM_F_CREATE, None),
+            (glue::NFT_MSG_DELSETELEM, 0, None),
+            (glue::NFT_MSG_NEWSETELEM, glue::NLM_F_CREATE, Some(7)),
+        ] {
+            let refs: Vec<super::ElemRef<'_>> = elems
+                .iter()
+                .map(|e| super::ElemRef {
+                    key: &e.key,
+                    verdict: e.verdict.as_ref().map(|(c, ch)| (*c, ch.as_deref())),
+                    data: e.data.as_deref(),
+                    comment: e.udata.as_deref().and_then(super::wire::parse_comment).map(|c| &*c.leak()),
+                })
+                .collect();
+            let mut ours = Vec::new();
+            let h = glue::Hdr { msg_type, flags, seq: 42 };
+            super::elements::put_elements(&mut ours, h, "kube-proxy", "service-ips", set_id, &refs);
+            let mut theirs = Vec::new();
+            glue::put_elems(&mut Scratch::new(), &mut theirs, h, "kube-proxy", "service-ips", set_id, &elems);
+            assert_eq!(ours, theirs, "message type {msg_type}");
+        }
+    }
 }

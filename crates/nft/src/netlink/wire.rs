@@ -46,6 +46,11 @@ pub(crate) fn put_begin(buf: &mut Vec<u8>, seq: u32, genid: Option<u32>) {
     put_batch_marker(buf, NFNL_MSG_BATCH_BEGIN, 0, seq, genid);
 }
 
+/// Sets the generation id of a batch that starts with [`put_begin`].
+pub(crate) fn set_begin_genid(batch: &mut [u8], genid: u32) {
+    batch[NLMSG_HDRLEN + 8..NLMSG_HDRLEN + 12].copy_from_slice(&genid.to_be_bytes());
+}
+
 /// Batch end; the only message that asks for an acknowledgement.
 pub(crate) fn put_end(buf: &mut Vec<u8>, seq: u32) {
     put_batch_marker(buf, NFNL_MSG_BATCH_END, NLM_F_ACK, seq, None);

@@ -43,8 +43,12 @@ pub fn render(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
     let mut b = Builder::new(Table { name: opts.table.clone(), ..Table::default() });
     let families = model.families();
     scaffold::render(model, &families, &mut b);
-    for port in model.services.values() {
-        for family in &families {
+    for family in &families {
+        // In address order the large maps (keyed by address) arrive sorted, which makes
+        // building them linear.
+        let mut ports: Vec<_> = model.services.values().filter_map(|p| Some((p.cluster_ip(*family)?, p))).collect();
+        ports.sort_by_key(|(ip, p)| (*ip, p.protocol(), p.port));
+        for (_, port) in ports {
             service::render(model, port, *family, &mut b);
         }
     }
@@ -52,13 +56,17 @@ pub fn render(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
 }
 
 /// Accumulates a ruleset; sets are declared before their elements are added.
+///
+/// Elements are collected per set and sorted once at the end: building a map of a million
+/// elements from sorted input is several times faster than a million ordered inserts.
 pub(crate) struct Builder {
     rs: Ruleset,
+    pending: std::collections::HashMap<String, Vec<(Blob, Elem)>>,
 }
 
 impl Builder {
     fn new(table: Table) -> Builder {
-        Builder { rs: Ruleset::new(table) }
+        Builder { rs: Ruleset::new(table), pending: std::collections::HashMap::new() }
     }
 
     pub(crate) fn declare(&mut self, decl: SetDecl) {
@@ -73,17 +81,25 @@ impl Builder {
         self.rs.chains.contains_key(name)
     }
 
-    /// Adds an element; the set must be declared.
+    /// Adds an element; the set must be declared. Shared elements (hairpin entries) are added
+    /// by every Service that needs them and kept once.
     pub(crate) fn element(&mut self, set: &str, key: Blob, elem: Elem) {
-        self.rs
-            .sets
-            .get_mut(set)
-            .unwrap_or_else(|| panic!("render bug: element for undeclared set {set}"))
-            .elements
-            .insert(key, elem);
+        match self.pending.get_mut(set) {
+            Some(v) => v.push((key, elem)),
+            None => {
+                assert!(self.rs.sets.contains_key(set), "render bug: element for undeclared set {set}");
+                self.pending.insert(set.to_string(), vec![(key, elem)]);
+            }
+        }
     }
 
     fn finish(mut self) -> Ruleset {
+        for (name, elements) in self.pending.drain() {
+            // Collecting sorts (in place) and bulk-builds the map; of equal keys (shared
+            // elements such as hairpin entries, all alike) one is kept.
+            self.rs.sets.get_mut(&name).expect("declared").elements =
+                std::sync::Arc::new(elements.into_iter().collect());
+        }
         for set in self.rs.sets.values_mut() {
             set.decl.size = Some(capacity(set.elements.len()));
         }

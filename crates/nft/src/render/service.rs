@@ -12,47 +12,44 @@ use std::sync::Arc;
 use verdict_model::{EndpointTarget, IpFamily, ProxyModel, ServicePort};
 
 pub(super) fn render(model: &ProxyModel, port: &ServicePort, f: IpFamily, b: &mut Builder) {
+    // A Service exists in a family only if it has a ClusterIP of that family (as upstream's
+    // per-family proxiers see it): a single-stack Service's NodePort is not claimed for the
+    // other family.
+    let Some(cip) = port.cluster_ip(f) else { return };
     let comment: Arc<str> = Arc::from(port.name.to_string());
     let selection = port.selection(f);
     let proto = Value::Proto(port.protocol().number());
     let service_port = Value::Port(port.port);
 
-    if let Some(cip) = port.cluster_ip(f) {
-        b.element(&family_name(CLUSTER_IPS, f), encode_concat(&[Value::Addr(cip)]), Elem::plain());
-        let key = encode_concat(&[Value::Addr(cip), proto.clone(), service_port.clone()]);
-        let endpoints = if port.internal_policy_local { &selection.local } else { &selection.cluster };
-        if !endpoints.is_empty() {
-            let chain = address_endpoints(b, f, endpoints);
-            b.element(
-                &family_name(SERVICE_IPS, f),
-                key,
-                Elem::verdict(Verdict::Goto(chain.clone()), Some(comment.clone())),
-            );
-            fill_slots(b, &chain, &[Value::Addr(cip), proto.clone(), service_port.clone()], endpoints, &comment);
-        } else {
-            b.element(&family_name(NO_ENDPOINT_SERVICES, f), key, Elem::verdict(reject(), Some(comment.clone())));
-        }
+    b.element(&family_name(CLUSTER_IPS, f), encode_concat(&[Value::Addr(cip)]), Elem::plain());
+    let address = [Value::Addr(cip), proto.clone(), service_port];
+    let endpoints = if port.internal_policy_local { &selection.local } else { &selection.cluster };
+    if endpoints.is_empty() {
+        let no_endpoints = Elem::verdict(reject(), Some(comment.clone()));
+        b.element(&family_name(NO_ENDPOINT_SERVICES, f), encode_concat(&address), no_endpoints);
+    } else {
+        let chain = address_endpoints(b, f, endpoints.len());
+        let dispatch = Elem::verdict(Verdict::Goto(chain.clone()), Some(comment.clone()));
+        b.element(&family_name(SERVICE_IPS, f), encode_concat(&address), dispatch);
+        fill_slots(b, &chain, &address, endpoints, &comment);
     }
 
     if let Some(node_port) = port.node_port {
-        let key_values = [proto.clone(), Value::Port(node_port)];
-        let key = encode_concat(&key_values);
-        if !selection.cluster.is_empty() {
-            let chain = nodeport_endpoints_chain(model, b, f, selection.cluster.len());
-            b.element(
-                &family_name(SERVICE_NODEPORTS, f),
-                key,
-                Elem::verdict(Verdict::Goto(chain.clone()), Some(comment.clone())),
-            );
-            fill_slots(b, &chain, &key_values, &selection.cluster, &comment);
+        let key = [proto, Value::Port(node_port)];
+        if selection.cluster.is_empty() {
+            let no_endpoints = Elem::verdict(reject(), Some(comment.clone()));
+            b.element(&family_name(NO_ENDPOINT_NODEPORTS, f), encode_concat(&key), no_endpoints);
         } else {
-            b.element(&family_name(NO_ENDPOINT_NODEPORTS, f), key, Elem::verdict(reject(), Some(comment.clone())));
+            let chain = nodeport_endpoints_chain(model, b, f, selection.cluster.len());
+            let dispatch = Elem::verdict(Verdict::Goto(chain.clone()), Some(comment.clone()));
+            b.element(&family_name(SERVICE_NODEPORTS, f), encode_concat(&key), dispatch);
+            fill_slots(b, &chain, &key, &selection.cluster, &comment);
         }
     }
 
+    let hairpin = family_name(HAIRPIN_ENDPOINTS, f);
     for ep in selection.cluster.iter().chain(&selection.local) {
-        let hairpin = encode_concat(&[Value::Addr(ep.addr), Value::Addr(ep.addr)]);
-        b.element(&family_name(HAIRPIN_ENDPOINTS, f), hairpin, Elem::plain());
+        b.element(&hairpin, encode_concat(&[Value::Addr(ep.addr), Value::Addr(ep.addr)]), Elem::plain());
     }
 }
 
@@ -62,9 +59,10 @@ fn reject() -> Verdict {
 
 /// One element per endpoint: `<prefix> . slot : addr . port`.
 fn fill_slots(b: &mut Builder, map: &str, prefix: &[Value], endpoints: &[EndpointTarget], comment: &Arc<str>) {
+    let mut key = prefix.to_vec();
+    key.push(Value::Int(0));
     for (slot, ep) in endpoints.iter().enumerate() {
-        let mut key = prefix.to_vec();
-        key.push(Value::Int(slot as u32));
+        *key.last_mut().expect("slot") = Value::Int(slot as u32);
         let data = encode_concat(&[Value::Addr(ep.addr), Value::Port(ep.port)]);
         b.element(map, encode_concat(&key), Elem::value(data, Some(comment.clone())));
     }
@@ -75,20 +73,14 @@ fn data_spec(f: IpFamily) -> DataSpec {
 }
 
 /// The chain and map that DNAT a Service address to one of `n` endpoints (created on first use).
-fn address_endpoints(b: &mut Builder, f: IpFamily, endpoints: &[EndpointTarget]) -> Arc<str> {
-    let n = endpoints.len();
+fn address_endpoints(b: &mut Builder, f: IpFamily, n: usize) -> Arc<str> {
     let name = names::endpoints(n, f);
     if !b.has_chain(&name) {
         let mut key = addr_key(f).to_vec();
         key.push(Selector::Numgen(n as u32));
         b.declare(SetDecl::map(&name, KeySpec::Typeof(key.clone()), data_spec(f)));
-        b.chain(Chain::regular(
-            &name,
-            vec![Rule::new(vec![
-                l4proto_any(),
-                stmt(Stmt::Dnat { family: f, target: DnatTarget::Map { key, map: name.clone() } }),
-            ])],
-        ));
+        let dnat = Stmt::Dnat { family: f, target: DnatTarget::Map { key, map: name.clone() } };
+        b.chain(Chain::regular(&name, vec![Rule::new(vec![l4proto_any(), stmt(dnat)])]));
     }
     Arc::from(name.as_str())
 }
@@ -99,14 +91,9 @@ fn nodeport_endpoints_chain(model: &ProxyModel, b: &mut Builder, f: IpFamily, n:
     if !b.has_chain(&name) {
         let key = vec![Selector::L4Proto, Selector::ThDport, Selector::Numgen(n as u32)];
         b.declare(SetDecl::map(&name, KeySpec::Typeof(key.clone()), data_spec(f)));
-        b.chain(Chain::regular(
-            &name,
-            vec![Rule::new(vec![
-                stmt(Stmt::MarkOr(model.config.masquerade_mark())),
-                l4proto_any(),
-                stmt(Stmt::Dnat { family: f, target: DnatTarget::Map { key, map: name.clone() } }),
-            ])],
-        ));
+        let dnat = Stmt::Dnat { family: f, target: DnatTarget::Map { key, map: name.clone() } };
+        let mark = Stmt::MarkOr(model.config.masquerade_mark());
+        b.chain(Chain::regular(&name, vec![Rule::new(vec![stmt(mark), l4proto_any(), stmt(dnat)])]));
     }
     Arc::from(name.as_str())
 }

@@ -1,0 +1,51 @@
+//! Building the model from a manifests directory.
+
+use crate::config::RulesConfig;
+use anyhow::{Context, Result};
+use std::net::IpAddr;
+use std::path::Path;
+use verdict_model::{BuildOutput, Problem, build_model};
+
+/// The model of a manifests directory, and every problem found (files and objects).
+pub fn model_from_manifests(dir: &Path, cfg: &RulesConfig, local_addresses: &[IpAddr]) -> Result<BuildOutput> {
+    let manifests = verdict_controller::manifests::load(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let node = manifests.node(&cfg.node_name);
+    if node.is_none() {
+        tracing::warn!(
+            node = cfg.node_name,
+            "no Node named {:?} in the manifests: NodePorts need its InternalIP (set --hostname-override)",
+            cfg.node_name
+        );
+    }
+    let mut out =
+        build_model(cfg.proxy.clone(), &cfg.node_name, node, local_addresses, &manifests.services, &manifests.slices);
+    let mut problems: Vec<Problem> = manifests.problems;
+    problems.append(&mut out.problems);
+    out.problems = problems;
+    Ok(out)
+}
+
+/// Logs each problem as a warning: the object is left out, the rest is programmed.
+pub fn report(problems: &[Problem]) {
+    for p in problems {
+        tracing::warn!("{p}; left out");
+    }
+}
+
+/// The addresses of this host's interfaces (for `--nodeport-addresses` CIDRs).
+pub fn local_addresses() -> Vec<IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
+    let mut out: Vec<IpAddr> = addrs
+        .filter_map(|a| a.address)
+        .filter_map(|sa| {
+            if let Some(v4) = sa.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                sa.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}

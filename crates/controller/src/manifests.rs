@@ -1,0 +1,186 @@
+//! A directory of YAML manifests as a source of Services, EndpointSlices and Nodes: the offline
+//! stand-in for an API server (`verdict render`, `verdict run --manifests`, the demo).
+//!
+//! Files ending in `.yaml`, `.yml` or `.json` are read in name order; a file may hold several
+//! documents, and a document may be a `List`. Objects of other kinds are ignored. A document
+//! that does not parse is reported with its file and position, and the rest is still read.
+
+use crate::translate;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use verdict_model::{ObjectKind, ObjectRef, Problem, source};
+
+/// What a manifest directory holds.
+#[derive(Clone, Debug, Default)]
+pub struct Manifests {
+    /// Services.
+    pub services: Vec<source::Service>,
+    /// EndpointSlices.
+    pub slices: Vec<source::EndpointSlice>,
+    /// Nodes.
+    pub nodes: Vec<source::Node>,
+    /// Files and documents that could not be read.
+    pub problems: Vec<Problem>,
+    /// The files read.
+    pub files: Vec<PathBuf>,
+}
+
+impl Manifests {
+    /// The Node called `name`, if the manifests define it.
+    pub fn node(&self, name: &str) -> Option<&source::Node> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+}
+
+/// Why a manifest directory could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The directory itself is unreadable.
+    #[error("cannot read manifest directory {path}: {source}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Reads every manifest file in `dir` (not recursively).
+pub fn load(dir: &Path) -> Result<Manifests, ManifestError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| ManifestError::Dir { path: dir.to_path_buf(), source })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")))
+        .collect();
+    files.sort();
+    let mut out = Manifests::default();
+    for file in &files {
+        match std::fs::read_to_string(file) {
+            Ok(text) => parse_into(&mut out, &file.display().to_string(), &text),
+            Err(e) => {
+                out.problems.push(manifest_problem(&file.display().to_string(), None, format!("cannot read: {e}")))
+            }
+        }
+    }
+    out.files = files;
+    Ok(out)
+}
+
+fn manifest_problem(file: &str, doc: Option<usize>, message: String) -> Problem {
+    let name = match doc {
+        Some(i) => format!("{file} (document {})", i + 1),
+        None => file.to_string(),
+    };
+    Problem::new(ObjectRef { kind: ObjectKind::Manifest, namespace: String::new(), name }, "InvalidManifest", message)
+}
+
+/// Parses the documents of one file's text (`origin` names it in problems).
+pub fn parse_into(out: &mut Manifests, origin: &str, text: &str) {
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        match serde_yaml::Value::deserialize(doc) {
+            Ok(serde_yaml::Value::Null) => {}
+            Ok(value) => add_object(out, origin, i, value),
+            Err(e) => {
+                out.problems.push(manifest_problem(origin, Some(i), format!("not valid YAML: {e}")));
+                // The YAML stream cannot be resynchronised after a syntax error.
+                break;
+            }
+        }
+    }
+}
+
+fn add_object(out: &mut Manifests, origin: &str, doc: usize, value: serde_yaml::Value) {
+    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
+    let name =
+        value.get("metadata").and_then(|m| m.get("name")).and_then(|n| n.as_str()).unwrap_or("<unnamed>").to_string();
+    let what = format!("{kind} {name:?}");
+    let bad = |e: serde_yaml::Error| manifest_problem(origin, Some(doc), format!("{what} does not parse: {e}"));
+    match kind.as_str() {
+        "Service" => match serde_yaml::from_value::<Service>(value) {
+            Ok(svc) => out.services.push(translate::service(&svc)),
+            Err(e) => out.problems.push(bad(e)),
+        },
+        "EndpointSlice" => match serde_yaml::from_value::<EndpointSlice>(value) {
+            Ok(slice) => out.slices.push(translate::endpoint_slice(&slice)),
+            Err(e) => out.problems.push(bad(e)),
+        },
+        "Node" => match serde_yaml::from_value::<Node>(value) {
+            Ok(node) => out.nodes.push(translate::node(&node)),
+            Err(e) => out.problems.push(bad(e)),
+        },
+        "List" => {
+            if let Some(serde_yaml::Value::Sequence(items)) = value.get("items").cloned() {
+                for item in items {
+                    add_object(out, origin, doc, item);
+                }
+            }
+        }
+        "" => out.problems.push(manifest_problem(origin, Some(doc), "document has no kind".into())),
+        _ => tracing::debug!(origin, kind, name, "ignoring manifest of a kind verdict does not use"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_services_slices_and_nodes_from_multi_document_yaml() {
+        let text = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.244.1.10]
+  conditions: {ready: true}
+  nodeName: node1
+  hints: {forZones: [{name: zone-a}]}
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node1, labels: {topology.kubernetes.io/zone: zone-a}}
+  status: {addresses: [{type: InternalIP, address: 192.168.0.2}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: ignored}
+"#;
+        let mut m = Manifests::default();
+        parse_into(&mut m, "x.yaml", text);
+        assert!(m.problems.is_empty(), "{:?}", m.problems);
+        assert_eq!(m.services.len(), 1);
+        assert_eq!(m.services[0].cluster_ips, ["10.96.0.10"]);
+        assert_eq!(m.services[0].ports[0].name, "http");
+        assert_eq!(m.slices[0].service_name, "web");
+        assert_eq!(m.slices[0].endpoints[0].zone_hints.as_deref(), Some(&["zone-a".to_string()][..]));
+        assert_eq!(m.node("node1").unwrap().addresses, [("InternalIP".to_string(), "192.168.0.2".to_string())]);
+    }
+
+    #[test]
+    fn bad_documents_are_reported_with_file_and_object() {
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: broken}\nspec: {ports: notalist}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: fine}\nspec: {clusterIP: 10.96.0.1}\n";
+        let mut m = Manifests::default();
+        parse_into(&mut m, "svc.yaml", text);
+        assert_eq!(m.services.len(), 1, "the good document is still read");
+        assert_eq!(m.problems.len(), 1);
+        let p = m.problems[0].to_string();
+        assert!(p.contains("svc.yaml (document 1)") && p.contains("Service \"broken\""), "{p}");
+    }
+}

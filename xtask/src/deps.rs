@@ -1,0 +1,46 @@
+//! The Debian packages verdict needs, installed when missing (as root) or named exactly.
+
+use crate::run;
+use anyhow::{Result, bail};
+use std::process::Command;
+
+/// Build: libnftnl and libmnl headers and pkg-config. Tests and the demo: nft, ip, conntrack.
+pub const PACKAGES: &[&str] = &["pkg-config", "libnftnl-dev", "libmnl-dev", "nftables", "iproute2", "conntrack"];
+
+/// Whether we run as root.
+pub fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+/// Fails with a clear message unless root.
+pub fn require_root(why: &str) -> Result<()> {
+    if !is_root() {
+        bail!("this needs root: {why}; run it with sudo (e.g. `sudo -E cargo xtask ...`)");
+    }
+    Ok(())
+}
+
+fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+/// Installs missing packages when root; otherwise prints the exact command and fails.
+pub fn ensure() -> Result<()> {
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let line = format!("apt-get install -y --no-install-recommends {}", missing.join(" "));
+    if !is_root() {
+        bail!("missing packages: {}; install them with:\n    sudo apt-get update && sudo {line}", missing.join(" "));
+    }
+    eprintln!("xtask: installing {}", missing.join(" "));
+    run::program_env("apt-get", &["update", "-qq"], &[("DEBIAN_FRONTEND", "noninteractive")])?;
+    let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+    args.extend(missing.iter().copied());
+    run::program_env("apt-get", &args, &[("DEBIAN_FRONTEND", "noninteractive")])
+}
