@@ -1,5 +1,17 @@
 //! verdict's controller: where Kubernetes objects come from (the API server, or a directory of
-//! manifests) and how they become the model's source records.
+//! manifests), the model kept from them, and the one sync loop that programs the table.
+//!
+//! ```text
+//!  kube watchers ─┐                                    ┌─> ModelCache ─changed ports─> DesiredTable ─> Netlink
+//!                 ├── Event (std channel) ──> SyncLoop ┤
+//!  manifests dir ─┘                                    └─> health, metrics, problem notices (Events)
+//! ```
 
+pub mod dir;
+pub mod event;
+pub mod health;
 pub mod manifests;
+pub mod metrics;
+pub mod sync;
 pub mod translate;
+pub mod watch;

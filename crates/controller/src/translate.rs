@@ -7,6 +7,8 @@ use verdict_model::source;
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The annotation that dates the change an EndpointSlice carries.
+pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
 fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     meta.namespace.clone().unwrap_or_else(|| "default".to_string())
@@ -106,6 +108,13 @@ pub fn endpoint_slice(slice: &discovery::EndpointSlice) -> source::EndpointSlice
                 }
             })
             .collect(),
+        trigger_time: slice
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TRIGGER_TIME_ANNOTATION))
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t.as_nanosecond().max(0) as u64)),
     }
 }
 
@@ -129,5 +138,12 @@ pub fn node(node: &core::Node) -> source::Node {
             .map(|a| (a.type_, a.address))
             .collect(),
         pod_cidrs,
+        deleting: node.metadata.deletion_timestamp.is_some(),
+        taints: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .map(|t| t.iter().map(|t| t.key.clone()).collect())
+            .unwrap_or_default(),
     }
 }

@@ -42,6 +42,7 @@ pub fn slice(
             .iter()
             .map(|a| Endpoint { addresses: vec![a.to_string()], node_name: Some(node.into()), ..Endpoint::default() })
             .collect(),
+        trigger_time: None,
     }
 }
 

@@ -35,6 +35,7 @@ pub fn slice(i: usize, endpoints: usize, pool: usize, shift: usize) -> EndpointS
                 Endpoint { addresses: vec![pod_ip(p)], node_name: Some("other".into()), ..Endpoint::default() }
             })
             .collect(),
+        trigger_time: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Building the model from source records: validation, then Kubernetes semantics.
 
+use crate::claims::ClaimIndex;
 use crate::endpoints::{SelectionInput, select};
 use crate::net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
@@ -53,21 +54,31 @@ pub fn build_model(
 
     let mut sorted: Vec<&source::Service> = services.iter().collect();
     sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    let mut claims = Claims::default();
+    let mut claims = ClaimIndex::default();
+    let mut raw = Vec::new();
     for svc in sorted {
         let svc_slices =
             slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
-        for mut port in build_service(&model.node, &families, svc, svc_slices, &mut problems) {
-            claims.claim(&mut port, &mut problems);
-            model.services.insert(port.name.clone(), port);
+        for port in build_service(&model.node, &families, svc, svc_slices, &mut problems) {
+            claims.register(&port);
+            raw.push(port);
         }
+    }
+    for port in raw {
+        let (mut settled, mut lost) = claims.settle(&port);
+        if !lost.is_empty() {
+            // Losing an address can change what the port reaches externally.
+            select_endpoints(&model.node, &mut settled);
+            problems.append(&mut lost);
+        }
+        model.services.insert(settled.name.clone(), settled);
     }
     problems.sort();
     problems.dedup();
     BuildOutput { model, problems }
 }
 
-fn node_facts(
+pub(crate) fn node_facts(
     name: &str,
     node: Option<&source::Node>,
     local_addresses: &[IpAddr],
@@ -163,7 +174,7 @@ fn parse_addresses(
 }
 
 /// Builds the ports of one Service; problems are recorded and the bad parts dropped.
-fn build_service(
+pub(crate) fn build_service(
     node: &NodeFacts,
     families: &[IpFamily],
     svc: &source::Service,
@@ -302,7 +313,7 @@ fn build_service(
     ports
 }
 
-fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
+pub(crate) fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
     let input = SelectionInput {
         node_name: &node.name,
         node_zone: node.zone.as_deref(),
@@ -396,52 +407,4 @@ fn collect_endpoints(
     endpoints.sort_by_key(|ep| ep.target);
     endpoints.dedup_by(|later, first| later.target == first.target);
     endpoints
-}
-
-/// Which Service port owns each address, port and protocol, so that two Services can never
-/// claim the same traffic: the first in (namespace, name) order keeps it, the other is told.
-#[derive(Default)]
-struct Claims {
-    addresses: BTreeMap<(IpAddr, Protocol, u16), ServicePortName>,
-    node_ports: BTreeMap<(Protocol, u16), ServicePortName>,
-}
-
-impl Claims {
-    fn claim(&mut self, port: &mut ServicePort, problems: &mut Vec<Problem>) {
-        let owner = port.name.clone();
-        let object = ObjectRef::new(ObjectKind::Service, &owner.namespace, &owner.name);
-        let protocol = owner.protocol;
-        let mut lost = |what: &str, other: &ServicePortName| {
-            problems.push(Problem::new(
-                object.clone(),
-                "AddressConflict",
-                format!("{what} is already used by {other}; left out of {owner}"),
-            ));
-        };
-        let addresses = &mut self.addresses;
-        let mut keep = |ip: &IpAddr, kind: &str| match addresses.get(&(*ip, protocol, port.port)) {
-            Some(other) if *other != owner => {
-                lost(&format!("{kind} {ip} {protocol}/{}", port.port), other);
-                false
-            }
-            _ => {
-                addresses.insert((*ip, protocol, port.port), owner.clone());
-                true
-            }
-        };
-        port.cluster_ips.retain(|ip| keep(ip, "clusterIP"));
-        port.external_ips.retain(|ip| keep(ip, "externalIP"));
-        port.load_balancer_ips.retain(|ip| keep(ip, "load balancer IP"));
-        if let Some(np) = port.node_port {
-            match self.node_ports.get(&(protocol, np)) {
-                Some(other) if *other != owner => {
-                    lost(&format!("nodePort {protocol}/{np}"), other);
-                    port.node_port = None;
-                }
-                _ => {
-                    self.node_ports.insert((protocol, np), owner.clone());
-                }
-            }
-        }
-    }
 }

@@ -9,6 +9,8 @@
 //! No I/O, no Kubernetes client, no netlink: everything here is a pure function of its inputs.
 
 mod build;
+mod cache;
+mod claims;
 mod endpoints;
 mod net;
 mod problem;
@@ -18,6 +20,7 @@ mod types;
 pub use build::{
     BuildOutput, DEFAULT_AFFINITY_TIMEOUT, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ZONE_LABEL, build_model,
 };
+pub use cache::{ModelCache, PortChange, Rebuilt};
 pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use types::{

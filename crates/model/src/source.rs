@@ -77,6 +77,9 @@ pub struct EndpointSlice {
     pub ports: Vec<EndpointPort>,
     /// `endpoints`.
     pub endpoints: Vec<Endpoint>,
+    /// The `endpoints.kubernetes.io/last-change-trigger-time` annotation: when the change
+    /// this slice carries happened (for the network-programming latency metric).
+    pub trigger_time: Option<std::time::SystemTime>,
 }
 
 /// One entry of an EndpointSlice's `ports`.
@@ -122,4 +125,8 @@ pub struct Node {
     pub addresses: Vec<(String, String)>,
     /// `spec.podCIDRs`.
     pub pod_cidrs: Vec<String>,
+    /// `metadata.deletionTimestamp` is set: the Node is going away.
+    pub deleting: bool,
+    /// The keys of `spec.taints`.
+    pub taints: Vec<String>,
 }

@@ -1,7 +1,11 @@
 //! The difference between what the kernel holds and what it should hold, as one transaction
 //! whose size follows the change, not the table.
+//!
+//! Two callers produce a [`ChangeSet`]: [`diff`] compares two whole rulesets (at start, after a
+//! failure, periodically), and `crate::desired::DesiredTable` records what it touched since the
+//! last commit. [`emit`] orders the operations the kernel's way for both.
 
-use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set};
+use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set, SetDecl};
 use crate::transaction::{ElementList, Op, Transaction};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -16,67 +20,127 @@ pub struct Plan {
     pub result: Ruleset,
 }
 
+/// What differs, object by object: before (kernel) and after (desired) of each.
+#[derive(Default, Debug)]
+pub(crate) struct ChangeSet {
+    /// Chains whose rules or hook differ.
+    pub chains: Vec<(String, Option<Chain>, Option<Chain>)>,
+    /// Sets created, removed or recreated (declaration or capacity changed).
+    pub sets: Vec<(String, Option<SetDecl>, Option<SetDecl>)>,
+    /// Element changes of sets that stay as they are declared.
+    pub elements: BTreeMap<String, Vec<(Blob, Option<Elem>, Option<Elem>)>>,
+}
+
 /// Plans the move from `committed` (`None`: our table does not exist) to `desired`.
 pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
     // Cheap: element maps are shared, not copied.
     let mut result = desired.clone();
     let empty = Ruleset::new(desired.table.clone());
-    let (have, mut tx) = match committed {
-        Some(c) => (c, Transaction::new(&desired.table.name)),
-        None => {
-            let mut tx = Transaction::new(&desired.table.name);
-            tx.ops.push(Op::AddTable(desired.table.clone()));
-            (&empty, tx)
-        }
-    };
+    let have = committed.unwrap_or(&empty);
+    let mut changes = ChangeSet::default();
 
-    // Sets: new, recreated (declaration changed or capacity outgrown), removed, or edited.
-    let mut new_sets = Vec::new();
-    let mut recreated = Vec::new();
-    let mut removed_sets = Vec::new();
     for (name, want) in &mut result.sets {
         match have.sets.get(name) {
-            None => new_sets.push(name.clone()),
-            Some(old) => {
-                let fits = old.decl.size.is_none_or(|size| want.elements.len() <= size as usize);
-                if old.decl.same_except_size(&want.decl) && fits && want.decl.size.is_some() == old.decl.size.is_some()
-                {
-                    want.decl.size = old.decl.size;
-                    keep_slots(old, want);
-                } else {
-                    recreated.push(name.clone());
+            Some(old) if keeps(&old.decl, want) => {
+                want.decl.size = old.decl.size;
+                keep_slots(old, want);
+                let elements = element_changes(&old.elements, &want.elements);
+                if !elements.is_empty() {
+                    changes.elements.insert(name.clone(), elements);
                 }
             }
+            old => changes.sets.push((name.clone(), old.map(|o| o.decl.clone()), Some(want.decl.clone()))),
         }
     }
-    for name in have.sets.keys() {
+    for (name, old) in &have.sets {
         if !result.sets.contains_key(name) {
-            removed_sets.push(name.clone());
+            changes.sets.push((name.clone(), Some(old.decl.clone()), None));
         }
     }
-    let dropped_sets: BTreeSet<&String> = recreated.iter().chain(&removed_sets).collect();
+    let names: BTreeSet<&String> = have.chains.keys().chain(result.chains.keys()).collect();
+    for name in names {
+        let (before, after) = (have.chains.get(name), result.chains.get(name));
+        if before != after {
+            changes.chains.push((name.clone(), before.cloned(), after.cloned()));
+        }
+    }
+    let transaction = emit(changes, &result, committed.is_some());
+    Plan { transaction, result }
+}
 
-    // Chains: new, rewritten, re-based (hook or priority changed), removed.
-    let mut new_chains = Vec::new();
-    let mut rewritten = Vec::new();
-    let mut rebased = Vec::new();
-    let mut removed_chains = Vec::new();
-    for (name, want) in &result.chains {
-        match have.chains.get(name) {
-            None => new_chains.push(name.clone()),
-            Some(old) if old.base != want.base => rebased.push(name.clone()),
-            Some(old) => {
-                let uses_dropped =
-                    old.rules.iter().flat_map(|r| r.set_refs()).any(|s| dropped_sets.contains(&s.to_string()));
-                if old.rules != want.rules || uses_dropped {
-                    rewritten.push(name.clone());
+/// Whether a set in the kernel can stay (only its elements change): same declaration, and its
+/// capacity still holds what is wanted.
+pub(crate) fn keeps(old: &SetDecl, want: &Set) -> bool {
+    old.same_except_size(&want.decl)
+        && old.size.is_some() == want.decl.size.is_some()
+        && old.size.is_none_or(|size| want.elements.len() <= size as usize)
+}
+
+/// Elements that differ between two maps (a merge of the two sorted key sequences).
+fn element_changes(old: &BTreeMap<Blob, Elem>, new: &BTreeMap<Blob, Elem>) -> Vec<(Blob, Option<Elem>, Option<Elem>)> {
+    let mut out = Vec::new();
+    let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some((ka, _)), Some((kb, _))) if ka == kb => {
+                let ((k, ea), (_, eb)) = (a.next().unwrap(), b.next().unwrap());
+                if ea != eb {
+                    out.push((*k, Some(ea.clone()), Some(eb.clone())));
                 }
+            }
+            (Some((ka, _)), Some((kb, _))) if ka < kb => {
+                let (k, e) = a.next().unwrap();
+                out.push((*k, Some(e.clone()), None));
+            }
+            (Some(_), None) => {
+                let (k, e) = a.next().unwrap();
+                out.push((*k, Some(e.clone()), None));
+            }
+            _ => {
+                let (k, e) = b.next().unwrap();
+                out.push((*k, None, Some(e.clone())));
             }
         }
     }
-    for name in have.chains.keys() {
-        if !result.chains.contains_key(name) {
-            removed_chains.push(name.clone());
+    out
+}
+
+/// Orders the operations of a change set. `desired` supplies the rules of chains to (re)write
+/// and the elements of sets to (re)create; `table_exists` is false when the table itself is new.
+pub(crate) fn emit(changes: ChangeSet, desired: &Ruleset, table_exists: bool) -> Transaction {
+    let mut tx = Transaction::new(&desired.table.name);
+    if !table_exists {
+        tx.ops.push(Op::AddTable(desired.table.clone()));
+    }
+    let new_sets: Vec<&String> =
+        changes.sets.iter().filter(|(_, b, a)| b.is_none() && a.is_some()).map(|s| &s.0).collect();
+    let removed_sets: Vec<&String> =
+        changes.sets.iter().filter(|(_, b, a)| b.is_some() && a.is_none()).map(|s| &s.0).collect();
+    let recreated: Vec<&String> =
+        changes.sets.iter().filter(|(_, b, a)| b.is_some() && a.is_some()).map(|s| &s.0).collect();
+
+    let mut new_chains = Vec::new();
+    let mut rebased = Vec::new();
+    let mut rewritten: BTreeSet<String> = BTreeSet::new();
+    let mut removed_chains = Vec::new();
+    for (name, before, after) in &changes.chains {
+        match (before, after) {
+            (None, Some(_)) => new_chains.push(name.clone()),
+            (Some(_), None) => removed_chains.push(name.clone()),
+            (Some(b), Some(a)) if b.base != a.base => rebased.push(name.clone()),
+            (Some(_), Some(_)) => {
+                rewritten.insert(name.clone());
+            }
+            (None, None) => {}
+        }
+    }
+    // A set that is recreated must first lose every rule that uses it; those rules come back
+    // after it (unchanged chains included).
+    for (name, chain) in &desired.chains {
+        let uses_recreated = chain.rules.iter().flat_map(|r| r.set_refs()).any(|s| recreated.iter().any(|r| *r == s));
+        if uses_recreated && !new_chains.contains(name) && !rebased.contains(name) {
+            rewritten.insert(name.clone());
         }
     }
 
@@ -85,54 +149,51 @@ pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
         tx.ops.push(Op::DeleteChain(name.clone()));
     }
     for name in new_chains.iter().chain(&rebased) {
-        tx.ops.push(Op::AddChain { name: name.clone(), base: result.chains[name].base });
+        tx.ops.push(Op::AddChain { name: name.clone(), base: desired.chains[name].base });
     }
     for name in &new_sets {
-        tx.ops.push(Op::AddSet(result.sets[name].decl.clone()));
+        tx.ops.push(Op::AddSet(desired.sets[*name].decl.clone()));
     }
     // 2. Drop references: flush the rules of every chain that changes or goes away.
     for name in rewritten.iter().chain(&removed_chains) {
         tx.ops.push(Op::FlushChain(name.clone()));
     }
     // 3. Element deletions (including vmap entries that point at chains about to go).
-    for (name, want) in &result.sets {
-        if let Some(old) = have.sets.get(name)
-            && !recreated.contains(name)
-        {
-            let keys: Vec<Blob> =
-                old.elements.iter().filter(|(k, e)| want.elements.get(*k) != Some(*e)).map(|(k, _)| *k).collect();
-            if !keys.is_empty() {
-                tx.ops.push(Op::DeleteElements { set: name.clone(), decl: old.decl.clone(), keys });
-            }
+    for (set, elems) in &changes.elements {
+        let keys: Vec<Blob> = elems.iter().filter(|(_, b, a)| b.is_some() && b != a).map(|(k, _, _)| *k).collect();
+        if !keys.is_empty() {
+            tx.ops.push(Op::DeleteElements { set: set.clone(), decl: desired.sets[set].decl.clone(), keys });
         }
     }
     // 4. Sets that go away or are recreated, now that no rule refers to them.
     for name in recreated.iter().chain(&removed_sets) {
-        tx.ops.push(Op::DeleteSet(name.clone()));
+        tx.ops.push(Op::DeleteSet((*name).clone()));
     }
     for name in &recreated {
-        tx.ops.push(Op::AddSet(result.sets[name].decl.clone()));
+        tx.ops.push(Op::AddSet(desired.sets[*name].decl.clone()));
     }
-    // 5. Element additions: all of a new set (shared, not copied), or what changed.
-    for (name, want) in &result.sets {
-        let elements = match have.sets.get(name).filter(|_| !recreated.contains(name)) {
-            None => ElementList::All(Arc::clone(&want.elements)),
-            Some(old) => ElementList::List(
-                want.elements
-                    .iter()
-                    .filter(|(k, e)| old.elements.get(*k) != Some(*e))
-                    .map(|(k, e)| (*k, e.clone()))
-                    .collect(),
-            ),
-        };
-        if !elements.is_empty() {
-            tx.ops.push(Op::AddElements { set: name.clone(), decl: want.decl.clone(), elements });
+    // 5. Element additions: all of a new or recreated set (shared, not copied), or what changed.
+    for name in new_sets.iter().chain(&recreated) {
+        let set = &desired.sets[*name];
+        if !set.elements.is_empty() {
+            let elements = ElementList::All(Arc::clone(&set.elements));
+            tx.ops.push(Op::AddElements { set: (*name).clone(), decl: set.decl.clone(), elements });
+        }
+    }
+    for (set, elems) in changes.elements {
+        let add: Vec<(Blob, Elem)> = elems
+            .into_iter()
+            .filter(|(_, b, a)| a.is_some() && b != a)
+            .map(|(k, _, a)| (k, a.expect("checked")))
+            .collect();
+        if !add.is_empty() {
+            let decl = desired.sets[&set].decl.clone();
+            tx.ops.push(Op::AddElements { set, decl, elements: ElementList::List(add) });
         }
     }
     // 6. Rules of new, rebased and rewritten chains.
     for name in new_chains.iter().chain(&rebased).chain(&rewritten) {
-        let chain: &Chain = &result.chains[name];
-        for rule in &chain.rules {
+        for rule in &desired.chains[name].rules {
             tx.ops.push(Op::AddRule { chain: name.clone(), rule: rule.clone() });
         }
     }
@@ -140,7 +201,7 @@ pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
     for name in &removed_chains {
         tx.ops.push(Op::DeleteChain(name.clone()));
     }
-    Plan { transaction: tx, result }
+    tx
 }
 
 /// Keeps each endpoint in the slot it already occupies (slots are picked at random per
@@ -148,6 +209,9 @@ pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
 /// element swap instead of a reshuffle).
 fn keep_slots(old: &Set, want: &mut Set) {
     let Some(prefix) = want.decl.slot_prefix_len() else { return };
+    if old.elements.is_empty() {
+        return;
+    }
     let group = |elements: &BTreeMap<Blob, Elem>| {
         let mut groups: BTreeMap<Blob, Vec<(Blob, Elem)>> = BTreeMap::new();
         for (k, e) in elements {
@@ -156,35 +220,34 @@ fn keep_slots(old: &Set, want: &mut Set) {
         groups
     };
     let old_groups = group(&old.elements);
-    if old_groups.is_empty() {
-        return;
-    }
     let mut adjusted = BTreeMap::new();
-    for (gkey, mut members) in group(&want.elements) {
-        if let Some(old_members) = old_groups.get(&gkey)
-            && old_members.len() == members.len()
-            && old_members.iter().map(|m| m.0).eq(members.iter().map(|m| m.0))
-        {
-            // Same slots on both sides: keep every endpoint that stays where it is, and put the
-            // newcomers into the slots that were freed.
-            let mut wanted: Vec<Elem> = members.iter().map(|m| m.1.clone()).collect();
-            let mut free = Vec::new();
-            for (slot_key, elem) in old_members {
-                if let Some(pos) = wanted.iter().position(|w| w == elem) {
-                    wanted.swap_remove(pos);
-                    adjusted.insert(*slot_key, elem.clone());
-                } else {
-                    free.push(*slot_key);
-                }
-            }
-            for (slot_key, elem) in free.into_iter().zip(wanted) {
-                adjusted.insert(slot_key, elem);
-            }
-            continue;
-        }
-        for (k, e) in members.drain(..) {
-            adjusted.insert(k, e);
+    for (gkey, members) in group(&want.elements) {
+        match old_groups.get(&gkey) {
+            Some(old_members) => adjusted.extend(stable_slots(old_members, members)),
+            None => adjusted.extend(members),
         }
     }
     want.elements = Arc::new(adjusted);
+}
+
+/// One Service address's endpoints in slots: those already in the kernel stay in their slot,
+/// newcomers take the slots that were freed. Only when the slot keys are the same on both
+/// sides (same number of endpoints); otherwise `wanted` is returned as it is.
+pub(crate) fn stable_slots(current: &[(Blob, Elem)], wanted: Vec<(Blob, Elem)>) -> Vec<(Blob, Elem)> {
+    if current.len() != wanted.len() || !current.iter().map(|m| m.0).eq(wanted.iter().map(|m| m.0)) {
+        return wanted;
+    }
+    let mut newcomers: Vec<Elem> = wanted.into_iter().map(|m| m.1).collect();
+    let mut out = Vec::with_capacity(current.len());
+    let mut free = Vec::new();
+    for (slot_key, elem) in current {
+        if let Some(pos) = newcomers.iter().position(|w| w == elem) {
+            newcomers.swap_remove(pos);
+            out.push((*slot_key, elem.clone()));
+        } else {
+            free.push(*slot_key);
+        }
+    }
+    out.extend(free.into_iter().zip(newcomers));
+    out
 }

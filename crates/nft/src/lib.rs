@@ -9,6 +9,7 @@
 //!
 //! Everything but [`netlink`] (and [`observe`], which uses it) is pure.
 
+pub mod desired;
 pub mod diff;
 pub mod low;
 pub mod lower;
@@ -21,6 +22,7 @@ pub mod ruleset;
 pub mod text;
 pub mod transaction;
 
+pub use desired::DesiredTable;
 pub use diff::{Plan, diff};
 pub use render::{RenderOptions, render};
 pub use ruleset::Ruleset;

@@ -23,6 +23,7 @@ fn slice(svc: &str, addrs: &[String]) -> EndpointSlice {
         address_type: "IPv4".into(),
         ports: vec![EndpointPort { name: "http".into(), protocol: "TCP".into(), port: Some(8080) }],
         endpoints: addrs.iter().map(|a| Endpoint { addresses: vec![a.clone()], ..Endpoint::default() }).collect(),
+        trigger_time: None,
     }
 }
 

@@ -5,13 +5,20 @@
 //! DNATs through a hash map keyed by `daddr . l4proto . dport . numgen random mod N`. The chain
 //! count therefore stays small and constant as Services grow, no anonymous set is created per
 //! Service, and every endpoint change is an element swap in a hash map: O(1) in the kernel.
+//!
+//! The table has two parts: the scaffolding every table has ([`scaffold`]), and what each
+//! Service port adds ([`service`]). A Service port writes into a [`Sink`], so the same code
+//! renders a whole table ([`render`]) or one Service's share of it (for incremental syncs, see
+//! `crate::desired`).
 
 pub mod names;
 mod scaffold;
-mod service;
+pub(crate) mod service;
 
-use crate::rule::Selector;
+use crate::rule::build::{l4proto_any, stmt};
+use crate::rule::{DnatTarget, Rule, Selector, Stmt};
 use crate::ruleset::{Blob, Chain, DataSpec, Elem, KeySpec, Ruleset, Set, SetDecl, Table};
+use std::sync::Arc;
 use verdict_model::{IpFamily, ProxyModel};
 
 /// Options that do not come from the model.
@@ -40,50 +47,125 @@ pub fn capacity(count: usize) -> u32 {
 
 /// Renders the whole table for a model.
 pub fn render(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
-    let mut b = Builder::new(Table { name: opts.table.clone(), ..Table::default() });
-    let families = model.families();
-    scaffold::render(model, &families, &mut b);
-    for family in &families {
+    render_counted(model, opts).0
+}
+
+/// How many Service ports share each shared element and each [`Class`]: what the incremental
+/// table needs to know when one of them goes away.
+#[derive(Default, Debug)]
+pub(crate) struct Counts {
+    pub shared: std::collections::HashMap<(String, Blob), u32>,
+    pub classes: std::collections::HashMap<Class, u32>,
+}
+
+/// Renders the whole table and counts the references to shared elements and classes.
+pub(crate) fn render_counted(model: &ProxyModel, opts: &RenderOptions) -> (Ruleset, Counts) {
+    let mut b = Builder {
+        rs: scaffold(model, opts),
+        pending: std::collections::HashMap::new(),
+        mark: model.config.masquerade_mark(),
+        counts: Counts::default(),
+    };
+    for family in model.families() {
         // In address order the large maps (keyed by address) arrive sorted, which makes
         // building them linear.
-        let mut ports: Vec<_> = model.services.values().filter_map(|p| Some((p.cluster_ip(*family)?, p))).collect();
+        let mut ports: Vec<_> = model.services.values().filter_map(|p| Some((p.cluster_ip(family)?, p))).collect();
         ports.sort_by_key(|(ip, p)| (*ip, p.protocol(), p.port));
         for (_, port) in ports {
-            service::render(model, port, *family, &mut b);
+            service::render(model, port, family, &mut b);
         }
     }
-    b.finish()
+    let counts = std::mem::take(&mut b.counts);
+    (b.finish(), counts)
 }
 
-/// Accumulates a ruleset; sets are declared before their elements are added.
-///
-/// Elements are collected per set and sorted once at the end: building a map of a million
-/// elements from sorted input is several times faster than a million ordered inserts.
-pub(crate) struct Builder {
+/// The scaffolding alone: base chains, dispatch chains and the (empty) sets they use, plus the
+/// node's NodePort addresses.
+pub fn scaffold(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
+    let mut rs = Ruleset::new(Table { name: opts.table.clone(), ..Table::default() });
+    scaffold::render(model, &model.families(), &mut rs);
+    for set in rs.sets.values_mut() {
+        set.decl.size = Some(capacity(set.elements.len()));
+    }
+    rs
+}
+
+/// The objects shared by every Service address with the same number of endpoints: a chain
+/// that picks one of them and the map it DNATs through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Class {
+    /// Service addresses (ClusterIP, external, load balancer), or NodePorts.
+    pub kind: ClassKind,
+    /// Address family.
+    pub family: IpFamily,
+    /// Number of endpoints.
+    pub n: usize,
+}
+
+/// What a [`Class`] dispatches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClassKind {
+    /// Keyed by destination address, protocol and port.
+    Address,
+    /// Keyed by protocol and NodePort; masquerades.
+    NodePort,
+}
+
+impl Class {
+    /// The name of both its chain and its map.
+    pub fn name(&self) -> String {
+        match self.kind {
+            ClassKind::Address => names::endpoints(self.n, self.family),
+            ClassKind::NodePort => names::nodeport_endpoints(self.n, self.family),
+        }
+    }
+
+    /// Its map (without a capacity) and its chain.
+    pub fn objects(&self, masquerade_mark: u32) -> (SetDecl, Chain) {
+        let name = self.name();
+        let f = self.family;
+        let mut key = match self.kind {
+            ClassKind::Address => addr_key(f).to_vec(),
+            ClassKind::NodePort => vec![Selector::L4Proto, Selector::ThDport],
+        };
+        key.push(Selector::Numgen(self.n as u32));
+        let decl = SetDecl::map(
+            &name,
+            KeySpec::Typeof(key.clone()),
+            DataSpec::Typeof(vec![Selector::Daddr(f), Selector::ThDport]),
+        );
+        let dnat = stmt(Stmt::Dnat { family: f, target: DnatTarget::Map { key, map: name.clone() } });
+        let items = match self.kind {
+            ClassKind::Address => vec![l4proto_any(), dnat],
+            ClassKind::NodePort => vec![stmt(Stmt::MarkOr(masquerade_mark)), l4proto_any(), dnat],
+        };
+        (decl, Chain::regular(&name, vec![Rule::new(items)]))
+    }
+}
+
+/// Where a Service port's share of the table goes.
+pub(crate) trait Sink {
+    /// An element of a set or map the scaffolding (or a class) declares.
+    fn element(&mut self, set: &str, key: Blob, elem: Elem);
+    /// The chain and map of `class` must exist; returns their name.
+    fn class(&mut self, class: Class) -> Arc<str>;
+}
+
+/// Accumulates a whole table. Elements are collected per set and built into maps once at the
+/// end: building a map of a million elements from sorted input is several times faster than a
+/// million ordered inserts.
+struct Builder {
     rs: Ruleset,
     pending: std::collections::HashMap<String, Vec<(Blob, Elem)>>,
+    mark: u32,
+    counts: Counts,
 }
 
-impl Builder {
-    fn new(table: Table) -> Builder {
-        Builder { rs: Ruleset::new(table), pending: std::collections::HashMap::new() }
-    }
-
-    pub(crate) fn declare(&mut self, decl: SetDecl) {
-        self.rs.sets.entry(decl.name.clone()).or_insert_with(|| Set::new(decl));
-    }
-
-    pub(crate) fn chain(&mut self, chain: Chain) {
-        self.rs.chains.insert(chain.name.clone(), chain);
-    }
-
-    pub(crate) fn has_chain(&self, name: &str) -> bool {
-        self.rs.chains.contains_key(name)
-    }
-
-    /// Adds an element; the set must be declared. Shared elements (hairpin entries) are added
-    /// by every Service that needs them and kept once.
-    pub(crate) fn element(&mut self, set: &str, key: Blob, elem: Elem) {
+impl Sink for Builder {
+    fn element(&mut self, set: &str, key: Blob, elem: Elem) {
+        if service::is_shared(set) {
+            *self.counts.shared.entry((set.to_string(), key)).or_default() += 1;
+        }
         match self.pending.get_mut(set) {
             Some(v) => v.push((key, elem)),
             None => {
@@ -93,12 +175,24 @@ impl Builder {
         }
     }
 
+    fn class(&mut self, class: Class) -> Arc<str> {
+        *self.counts.classes.entry(class).or_default() += 1;
+        let name = class.name();
+        if !self.rs.chains.contains_key(&name) {
+            let (decl, chain) = class.objects(self.mark);
+            self.rs.sets.insert(name.clone(), Set::new(decl));
+            self.rs.chains.insert(name.clone(), chain);
+        }
+        Arc::from(name.as_str())
+    }
+}
+
+impl Builder {
     fn finish(mut self) -> Ruleset {
         for (name, elements) in self.pending.drain() {
             // Collecting sorts (in place) and bulk-builds the map; of equal keys (shared
             // elements such as hairpin entries, all alike) one is kept.
-            self.rs.sets.get_mut(&name).expect("declared").elements =
-                std::sync::Arc::new(elements.into_iter().collect());
+            self.rs.sets.get_mut(&name).expect("declared").elements = Arc::new(elements.into_iter().collect());
         }
         for set in self.rs.sets.values_mut() {
             set.decl.size = Some(capacity(set.elements.len()));

@@ -2,10 +2,10 @@
 //! priority contract, the dispatch chains, and the sets they consult.
 
 use super::names::*;
-use super::{Builder, addr_key, addr_vmap, port_vmap};
+use super::{addr_key, addr_vmap, port_vmap};
 use crate::rule::build::*;
 use crate::rule::{Item, Match, Op, Reject, Rule, Selector, Stmt};
-use crate::ruleset::{Chain, ChainKind, Datatype, Hook, KeySpec, SetDecl};
+use crate::ruleset::{Chain, ChainKind, Datatype, Elem, Hook, KeySpec, Ruleset, Set, SetDecl};
 use verdict_model::{IpFamily, ProxyModel};
 
 /// Priorities of the hook contract (docs/design.md): DNAT at dstnat, no-endpoint checks at
@@ -14,29 +14,41 @@ const DSTNAT: i32 = -100;
 const FILTER: i32 = 0;
 const SRCNAT: i32 = 100;
 
-pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Builder) {
+pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Ruleset) {
+    let declare = |rs: &mut Ruleset, decl: SetDecl| {
+        rs.sets.insert(decl.name.clone(), Set::new(decl));
+    };
     let mark = model.config.masquerade_mark();
+    let chain = |rs: &mut Ruleset, c: Chain| {
+        rs.chains.insert(c.name.clone(), c);
+    };
     for &f in families {
         let ip_type = match f {
             IpFamily::V4 => Datatype::Ipv4Addr,
             IpFamily::V6 => Datatype::Ipv6Addr,
         };
-        b.declare(
+        declare(
+            b,
             SetDecl::set(&family_name(CLUSTER_IPS, f), KeySpec::Type(vec![ip_type])).with_comment("Active ClusterIPs"),
         );
-        b.declare(
+        declare(
+            b,
             SetDecl::set(&family_name(NODEPORT_IPS, f), KeySpec::Type(vec![ip_type]))
                 .with_comment("IPs that accept NodePort traffic"),
         );
-        b.declare(addr_vmap(SERVICE_IPS, f, "ClusterIP, ExternalIP and LoadBalancer IP traffic"));
-        b.declare(port_vmap(SERVICE_NODEPORTS, f, "NodePort traffic"));
-        b.declare(addr_vmap(NO_ENDPOINT_SERVICES, f, "vmap to drop or reject packets to services with no endpoints"));
-        b.declare(port_vmap(
-            NO_ENDPOINT_NODEPORTS,
-            f,
-            "vmap to drop or reject packets to service nodeports with no endpoints",
-        ));
-        b.declare(
+        declare(b, addr_vmap(SERVICE_IPS, f, "ClusterIP, ExternalIP and LoadBalancer IP traffic"));
+        declare(b, port_vmap(SERVICE_NODEPORTS, f, "NodePort traffic"));
+        declare(b, addr_vmap(NO_ENDPOINT_SERVICES, f, "vmap to drop or reject packets to services with no endpoints"));
+        declare(
+            b,
+            port_vmap(
+                NO_ENDPOINT_NODEPORTS,
+                f,
+                "vmap to drop or reject packets to service nodeports with no endpoints",
+            ),
+        );
+        declare(
+            b,
             SetDecl::set(&family_name(HAIRPIN_ENDPOINTS, f), KeySpec::Type(vec![ip_type, ip_type]))
                 .with_comment("endpoints reaching themselves through a Service"),
         );
@@ -44,51 +56,58 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Builder)
     for ip in model.nodeport_ips() {
         let f = IpFamily::of(&ip);
         if families.contains(&f) {
-            b.element(
-                &family_name(NODEPORT_IPS, f),
-                crate::rule::encode_concat(&[crate::rule::Value::Addr(ip)]),
-                crate::ruleset::Elem::plain(),
-            );
+            let set = b.sets.get_mut(&family_name(NODEPORT_IPS, f)).expect("declared above");
+            std::sync::Arc::make_mut(&mut set.elements)
+                .insert(crate::rule::encode_concat(&[crate::rule::Value::Addr(ip)]), Elem::plain());
         }
     }
 
-    b.chain(Chain::base(
-        NAT_PREROUTING,
-        ChainKind::Nat,
-        Hook::Prerouting,
-        DSTNAT,
-        vec![Rule::new(vec![jump(SERVICES)])],
-    ));
-    b.chain(Chain::base(NAT_OUTPUT, ChainKind::Nat, Hook::Output, DSTNAT, vec![Rule::new(vec![jump(SERVICES)])]));
-    b.chain(Chain::base(
-        NAT_POSTROUTING,
-        ChainKind::Nat,
-        Hook::Postrouting,
-        SRCNAT,
-        vec![Rule::new(vec![jump(MASQUERADING)])],
-    ));
+    chain(
+        b,
+        Chain::base(NAT_PREROUTING, ChainKind::Nat, Hook::Prerouting, DSTNAT, vec![Rule::new(vec![jump(SERVICES)])]),
+    );
+    chain(b, Chain::base(NAT_OUTPUT, ChainKind::Nat, Hook::Output, DSTNAT, vec![Rule::new(vec![jump(SERVICES)])]));
+    chain(
+        b,
+        Chain::base(
+            NAT_POSTROUTING,
+            ChainKind::Nat,
+            Hook::Postrouting,
+            SRCNAT,
+            vec![Rule::new(vec![jump(MASQUERADING)])],
+        ),
+    );
     let new_jump = |chain: &str| Rule::new(vec![ct_state_new(), jump(chain)]);
-    b.chain(Chain::base(
-        FILTER_INPUT,
-        ChainKind::Filter,
-        Hook::Input,
-        FILTER,
-        vec![new_jump(NODEPORT_ENDPOINTS_CHECK), new_jump(SERVICE_ENDPOINTS_CHECK)],
-    ));
-    b.chain(Chain::base(
-        FILTER_FORWARD,
-        ChainKind::Filter,
-        Hook::Forward,
-        FILTER,
-        vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)],
-    ));
-    b.chain(Chain::base(
-        FILTER_OUTPUT,
-        ChainKind::Filter,
-        Hook::Output,
-        FILTER,
-        vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)],
-    ));
+    chain(
+        b,
+        Chain::base(
+            FILTER_INPUT,
+            ChainKind::Filter,
+            Hook::Input,
+            FILTER,
+            vec![new_jump(NODEPORT_ENDPOINTS_CHECK), new_jump(SERVICE_ENDPOINTS_CHECK)],
+        ),
+    );
+    chain(
+        b,
+        Chain::base(
+            FILTER_FORWARD,
+            ChainKind::Filter,
+            Hook::Forward,
+            FILTER,
+            vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)],
+        ),
+    );
+    chain(
+        b,
+        Chain::base(
+            FILTER_OUTPUT,
+            ChainKind::Filter,
+            Hook::Output,
+            FILTER,
+            vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)],
+        ),
+    );
 
     let mut services = Vec::new();
     for &f in families {
@@ -113,7 +132,7 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Builder)
             vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(SERVICE_NODEPORTS, f)),
         ]));
     }
-    b.chain(Chain::regular(SERVICES, services));
+    chain(b, Chain::regular(SERVICES, services));
 
     let mut masquerading = vec![Rule::new(vec![
         Item::Match(Match::Masked { left: Selector::Mark, mask: mark, op: Op::Neq, right: 0 }),
@@ -127,37 +146,52 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Builder)
             stmt(Stmt::Masquerade { fully_random: true }),
         ]));
     }
-    b.chain(Chain::regular(MASQUERADING, masquerading));
+    chain(b, Chain::regular(MASQUERADING, masquerading));
 
-    b.chain(Chain::regular(
-        SERVICE_ENDPOINTS_CHECK,
-        families.iter().map(|&f| Rule::new(vec![vmap(&addr_key(f), &family_name(NO_ENDPOINT_SERVICES, f))])).collect(),
-    ));
-    b.chain(Chain::regular(
-        NODEPORT_ENDPOINTS_CHECK,
-        families
-            .iter()
-            .map(|&f| {
-                Rule::new(vec![
-                    in_set(&[Selector::Daddr(f)], &family_name(NODEPORT_IPS, f)),
-                    vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(NO_ENDPOINT_NODEPORTS, f)),
-                ])
-            })
-            .collect(),
-    ));
-    b.chain(Chain::regular(
-        CLUSTER_IPS_CHECK,
-        families
-            .iter()
-            .map(|&f| {
-                let reject = match f {
-                    IpFamily::V4 => Reject::Icmp,
-                    IpFamily::V6 => Reject::Icmpv6,
-                };
-                Rule::new(vec![in_set(&[Selector::Daddr(f)], &family_name(CLUSTER_IPS, f)), stmt(Stmt::Reject(reject))])
+    chain(
+        b,
+        Chain::regular(
+            SERVICE_ENDPOINTS_CHECK,
+            families
+                .iter()
+                .map(|&f| Rule::new(vec![vmap(&addr_key(f), &family_name(NO_ENDPOINT_SERVICES, f))]))
+                .collect(),
+        ),
+    );
+    chain(
+        b,
+        Chain::regular(
+            NODEPORT_ENDPOINTS_CHECK,
+            families
+                .iter()
+                .map(|&f| {
+                    Rule::new(vec![
+                        in_set(&[Selector::Daddr(f)], &family_name(NODEPORT_IPS, f)),
+                        vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(NO_ENDPOINT_NODEPORTS, f)),
+                    ])
+                })
+                .collect(),
+        ),
+    );
+    chain(
+        b,
+        Chain::regular(
+            CLUSTER_IPS_CHECK,
+            families
+                .iter()
+                .map(|&f| {
+                    let reject = match f {
+                        IpFamily::V4 => Reject::Icmp,
+                        IpFamily::V6 => Reject::Icmpv6,
+                    };
+                    Rule::new(vec![
+                        in_set(&[Selector::Daddr(f)], &family_name(CLUSTER_IPS, f)),
+                        stmt(Stmt::Reject(reject)),
+                    ])
                     .comment("reject traffic to invalid ports of ClusterIPs")
-            })
-            .collect(),
-    ));
-    b.chain(Chain::regular(REJECT_CHAIN, vec![Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))])]));
+                })
+                .collect(),
+        ),
+    );
+    chain(b, Chain::regular(REJECT_CHAIN, vec![Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))])]));
 }

@@ -1,0 +1,54 @@
+//! What the sources (API watches, a manifests directory) tell the sync loop.
+
+use verdict_model::{Problem, source};
+
+/// The kinds of object verdict watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// core/v1 Service.
+    Service,
+    /// discovery.k8s.io/v1 EndpointSlice.
+    EndpointSlice,
+    /// core/v1 Node (this node only).
+    Node,
+}
+
+impl Kind {
+    /// Every kind; programming starts once each has been listed.
+    pub const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
+}
+
+/// An object, translated.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    /// A Service.
+    Service(source::Service),
+    /// An EndpointSlice.
+    EndpointSlice(source::EndpointSlice),
+    /// This node's Node.
+    Node(source::Node),
+}
+
+/// One thing a source observed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// An object was added or changed (or listed).
+    Apply(Object),
+    /// An object was deleted.
+    Delete {
+        /// Its kind.
+        kind: Kind,
+        /// Its namespace ("" for Nodes).
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// A (re)list of `kind` begins: objects of that kind not applied again before
+    /// [`Event::InitDone`] are gone. Nothing is deleted before then, so a relist never empties
+    /// the table, even briefly.
+    InitStart(Kind),
+    /// The (re)list of `kind` is complete.
+    InitDone(Kind),
+    /// Problems of the source itself (manifest files that do not parse); replaces the previous.
+    SourceProblems(Vec<Problem>),
+}

@@ -1,0 +1,86 @@
+//! Metric names: upstream kube-proxy's (`kubeproxy_` prefix), plus verdict's own.
+//! Recorded through the `metrics` facade; the agent installs the Prometheus exporter.
+
+/// Sync duration, every sync (histogram, seconds).
+pub const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
+/// Full syncs (histogram, seconds).
+pub const SYNC_FULL_DURATION: &str = "kubeproxy_sync_full_proxy_rules_duration_seconds";
+/// Partial syncs (histogram, seconds).
+pub const SYNC_PARTIAL_DURATION: &str = "kubeproxy_sync_partial_proxy_rules_duration_seconds";
+/// From an EndpointSlice change (its trigger-time annotation) to programmed (histogram).
+pub const NETWORK_PROGRAMMING: &str = "kubeproxy_network_programming_duration_seconds";
+/// When the last sync succeeded (gauge, unix seconds).
+pub const LAST_TIMESTAMP: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+/// When the last change was queued (gauge, unix seconds).
+pub const LAST_QUEUED: &str = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
+/// EndpointSlice changes seen (counter).
+pub const ENDPOINT_CHANGES_TOTAL: &str = "kubeproxy_sync_proxy_rules_endpoint_changes_total";
+/// EndpointSlice changes not yet programmed (gauge).
+pub const ENDPOINT_CHANGES_PENDING: &str = "kubeproxy_sync_proxy_rules_endpoint_changes_pending";
+/// Service changes seen (counter).
+pub const SERVICE_CHANGES_TOTAL: &str = "kubeproxy_sync_proxy_rules_service_changes_total";
+/// Service changes not yet programmed (gauge).
+pub const SERVICE_CHANGES_PENDING: &str = "kubeproxy_sync_proxy_rules_service_changes_pending";
+/// Transactions the kernel refused (counter).
+pub const SYNC_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total";
+/// `/healthz` answers by code (counter).
+pub const HEALTHZ_TOTAL: &str = "kubeproxy_proxy_healthz_total";
+/// `/livez` answers by code (counter).
+pub const LIVEZ_TOTAL: &str = "kubeproxy_proxy_livez_total";
+/// Kernel objects written per sync (histogram).
+pub const TX_OPERATIONS: &str = "verdict_sync_transaction_operations";
+/// Bytes sent per sync (histogram).
+pub const TX_BYTES: &str = "verdict_sync_transaction_bytes";
+/// Service ports re-rendered per sync (histogram).
+pub const RENDERED_PORTS: &str = "verdict_sync_rendered_service_ports";
+/// Input verdict cannot program, by reason (gauge: currently present).
+pub const PROBLEMS: &str = "verdict_input_problems";
+
+/// Upstream's sync-duration buckets: 1 ms doubling, 15 buckets.
+pub fn sync_buckets() -> Vec<f64> {
+    (0..15).map(|i| 0.001 * f64::from(1u32 << i)).collect()
+}
+
+/// Upstream's network-programming buckets.
+pub fn programming_buckets() -> Vec<f64> {
+    let mut b = vec![0.25, 0.5];
+    b.extend((1..=59).map(f64::from));
+    b.extend((60..=115).step_by(5).map(f64::from));
+    b.extend((120..=300).step_by(30).map(f64::from));
+    b
+}
+
+/// Buckets for object and byte counts.
+pub fn size_buckets() -> Vec<f64> {
+    (0..24).map(|i| f64::from(1u32 << i)).collect()
+}
+
+/// Registers descriptions, so `/metrics` explains every series.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_histogram!(SYNC_DURATION, metrics::Unit::Seconds, "SyncProxyRules latency in seconds");
+    describe_histogram!(SYNC_FULL_DURATION, metrics::Unit::Seconds, "SyncProxyRules latency of full syncs in seconds");
+    describe_histogram!(
+        SYNC_PARTIAL_DURATION,
+        metrics::Unit::Seconds,
+        "SyncProxyRules latency of partial syncs in seconds"
+    );
+    describe_histogram!(
+        NETWORK_PROGRAMMING,
+        metrics::Unit::Seconds,
+        "In-cluster network programming latency in seconds"
+    );
+    describe_gauge!(LAST_TIMESTAMP, metrics::Unit::Seconds, "The last time proxy rules were successfully synced");
+    describe_gauge!(LAST_QUEUED, metrics::Unit::Seconds, "The last time a sync of proxy rules was queued");
+    describe_counter!(ENDPOINT_CHANGES_TOTAL, "Cumulative proxy rules EndpointSlice changes");
+    describe_gauge!(ENDPOINT_CHANGES_PENDING, "Pending proxy rules EndpointSlice changes");
+    describe_counter!(SERVICE_CHANGES_TOTAL, "Cumulative proxy rules Service changes");
+    describe_gauge!(SERVICE_CHANGES_PENDING, "Pending proxy rules Service changes");
+    describe_counter!(SYNC_FAILURES, "Cumulative proxy nftables sync failures");
+    describe_counter!(HEALTHZ_TOTAL, "Cumulative proxy healthz HTTP status");
+    describe_counter!(LIVEZ_TOTAL, "Cumulative proxy livez HTTP status");
+    describe_histogram!(TX_OPERATIONS, "Kernel objects written by each nftables transaction");
+    describe_histogram!(TX_BYTES, metrics::Unit::Bytes, "Bytes sent by each nftables transaction");
+    describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
+    describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
+}

@@ -1,0 +1,500 @@
+//! The one global sync loop: events in, one atomic transaction out per sync.
+//!
+//! Changes are coalesced: a sync starts at least `min_sync_period` after the previous one
+//! ended. Nothing is programmed until every kind has been listed once. A partial sync re-renders
+//! only the Service ports that changed (see `verdict_nft::DesiredTable`); a full sync re-renders
+//! everything and reconciles against a netlink dump of the kernel's table, which is what
+//! happens at start (adopting the table a previous run left, so a restart writes only the
+//! difference), after any failed transaction (retried with backoff up to `sync_period`), when
+//! the node's facts change, and every `full_sync_period`.
+//!
+//! The loop runs on its own thread: netlink calls block, and a cold sync at 100k Services keeps
+//! the kernel busy for a second.
+
+use crate::event::{Event, Kind, Object};
+use crate::health::{ProxyHealth, TO_BE_DELETED_TAINT};
+use crate::metrics as m;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant, SystemTime};
+use verdict_model::{ModelCache, NodePortAddresses, ObjectKind, ObjectRef, Problem};
+use verdict_nft::netlink::Netlink;
+use verdict_nft::observe::observe;
+use verdict_nft::{DesiredTable, RenderOptions, diff};
+
+/// Timing and naming of the sync loop.
+#[derive(Clone, Debug)]
+pub struct SyncConfig {
+    /// The table (family inet).
+    pub table: String,
+    /// Minimum time between the end of a sync and the start of the next.
+    pub min_sync_period: Duration,
+    /// Upper bound of the retry backoff after a failure; the health timeout is twice this.
+    pub sync_period: Duration,
+    /// How often a full reconcile runs anyway.
+    pub full_sync_period: Duration,
+    /// Stop after the first sync (success or failure).
+    pub once: bool,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig {
+            table: verdict_nft::ruleset::DEFAULT_TABLE.to_string(),
+            min_sync_period: Duration::from_secs(1),
+            sync_period: Duration::from_secs(30),
+            full_sync_period: Duration::from_secs(3600),
+            once: false,
+        }
+    }
+}
+
+/// What one sync did (for logs, tests and the benchmark).
+#[derive(Clone, Debug)]
+pub struct SyncReport {
+    /// A full reconcile (everything rendered, the kernel's table read back).
+    pub full: bool,
+    /// Service ports rendered.
+    pub rendered_ports: usize,
+    /// Kernel objects written.
+    pub objects: usize,
+    /// Bytes sent.
+    pub bytes: usize,
+    /// How long the sync took.
+    pub took: Duration,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// For each EndpointSlice change it programmed: the time since its trigger.
+    pub programming_latency: Vec<Duration>,
+}
+
+/// Problems of one object, whenever they change (an empty list: resolved). For Events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProblemNotice {
+    /// The object.
+    pub object: ObjectRef,
+    /// Its current problems.
+    pub problems: Vec<Problem>,
+}
+
+/// Why `run` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The first (and, with `once`, only) sync failed.
+    #[error("{0}")]
+    Failed(String),
+    /// The sources went away before every kind was listed.
+    #[error("the sources closed before every kind was listed once")]
+    NeverSynced,
+}
+
+type Key = (String, String);
+
+/// The sync loop's state.
+pub struct SyncLoop {
+    cfg: SyncConfig,
+    cache: ModelCache,
+    nl: Netlink,
+    health: Arc<ProxyHealth>,
+    table: Option<DesiredTable>,
+    needs_full: bool,
+    listed: HashSet<Kind>,
+    inventory: BTreeMap<Kind, HashSet<Key>>,
+    relisting: BTreeMap<Kind, HashSet<Key>>,
+    dirty_since: Option<Instant>,
+    last_sync_end: Option<Instant>,
+    last_full: Instant,
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    triggers: Vec<SystemTime>,
+    started: SystemTime,
+    pending_service_changes: u64,
+    pending_endpoint_changes: u64,
+    source_problems: Vec<Problem>,
+    published: BTreeMap<ObjectRef, Vec<Problem>>,
+    reasons: HashSet<&'static str>,
+    reports: Option<Sender<SyncReport>>,
+    notices: Option<Sender<ProblemNotice>>,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64()
+}
+
+impl SyncLoop {
+    /// A loop over `cache`, programming through `nl` (opened in the node's network namespace).
+    pub fn new(cache: ModelCache, nl: Netlink, cfg: SyncConfig, health: Arc<ProxyHealth>) -> SyncLoop {
+        let backoff = cfg.min_sync_period.max(Duration::from_millis(100));
+        SyncLoop {
+            cfg,
+            cache,
+            nl,
+            health,
+            table: None,
+            needs_full: true,
+            listed: HashSet::new(),
+            inventory: BTreeMap::new(),
+            relisting: BTreeMap::new(),
+            dirty_since: None,
+            last_sync_end: None,
+            last_full: Instant::now(),
+            retry_at: None,
+            backoff,
+            triggers: Vec::new(),
+            started: SystemTime::now(),
+            pending_service_changes: 0,
+            pending_endpoint_changes: 0,
+            source_problems: Vec::new(),
+            published: BTreeMap::new(),
+            reasons: HashSet::new(),
+            reports: None,
+            notices: None,
+        }
+    }
+
+    /// Sends a report after every sync.
+    pub fn with_reports(mut self, tx: Sender<SyncReport>) -> SyncLoop {
+        self.reports = Some(tx);
+        self
+    }
+
+    /// Sends a notice whenever an object's problems change.
+    pub fn with_notices(mut self, tx: Sender<ProblemNotice>) -> SyncLoop {
+        self.notices = Some(tx);
+        self
+    }
+
+    /// Runs until the event channel closes (or, with `once`, until the first sync).
+    pub fn run(mut self, rx: Receiver<Event>) -> Result<(), SyncError> {
+        loop {
+            let wait = self.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
+            let first = match wait {
+                Some(w) => rx.recv_timeout(w),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match first {
+                Ok(ev) => {
+                    self.handle(ev);
+                    // Take everything already queued before deciding to sync.
+                    while let Ok(ev) = rx.try_recv() {
+                        self.handle(ev);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return if self.cfg.once { Err(SyncError::NeverSynced) } else { Ok(()) };
+                }
+            }
+            if self.due(Instant::now()) {
+                let report = self.sync();
+                let failed = report.error.clone();
+                if let Some(tx) = &self.reports {
+                    let _ = tx.send(report);
+                }
+                if self.cfg.once {
+                    return failed.map_or(Ok(()), |e| Err(SyncError::Failed(e)));
+                }
+            }
+        }
+    }
+
+    fn all_listed(&self) -> bool {
+        Kind::ALL.iter().all(|k| self.listed.contains(k))
+    }
+
+    /// A sync is wanted for every queued change, even one that turns out to change nothing
+    /// (an object listed again as it was): that sync is free, and it marks the change done.
+    fn has_work(&self) -> bool {
+        self.needs_full || self.table.is_none() || self.cache.is_dirty() || self.dirty_since.is_some()
+    }
+
+    /// When the next sync may start, if one is wanted.
+    fn next_deadline(&self) -> Option<Instant> {
+        if !self.all_listed() {
+            return None;
+        }
+        let earliest = self.last_sync_end.map(|t| t + self.cfg.min_sync_period);
+        let periodic = self.last_full + self.cfg.full_sync_period;
+        let wanted = if self.has_work() {
+            let at = earliest.unwrap_or_else(Instant::now);
+            Some(self.retry_at.map_or(at, |r| r.max(at)))
+        } else {
+            None
+        };
+        Some(wanted.map_or(periodic, |w| w.min(periodic)))
+    }
+
+    fn due(&mut self, now: Instant) -> bool {
+        if !self.all_listed() {
+            return false;
+        }
+        if now >= self.last_full + self.cfg.full_sync_period {
+            self.needs_full = true;
+        }
+        self.has_work()
+            && self.last_sync_end.is_none_or(|t| now >= t + self.cfg.min_sync_period)
+            && self.retry_at.is_none_or(|r| now >= r)
+    }
+
+    fn queued(&mut self) {
+        self.dirty_since.get_or_insert_with(Instant::now);
+        self.health.queued();
+        metrics::gauge!(m::LAST_QUEUED).set(unix_now());
+    }
+
+    fn seen(&mut self, kind: Kind, key: Key) {
+        if let Some(set) = self.relisting.get_mut(&kind) {
+            set.insert(key.clone());
+        }
+        self.inventory.entry(kind).or_default().insert(key);
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Apply(Object::Service(s)) => {
+                self.seen(Kind::Service, (s.namespace.clone(), s.name.clone()));
+                self.cache.upsert_service(s);
+                self.pending_service_changes += 1;
+                metrics::counter!(m::SERVICE_CHANGES_TOTAL).increment(1);
+                self.queued();
+            }
+            Event::Apply(Object::EndpointSlice(e)) => {
+                self.seen(Kind::EndpointSlice, (e.namespace.clone(), e.name.clone()));
+                if let Some(t) = e.trigger_time.filter(|t| *t >= self.started) {
+                    self.triggers.push(t);
+                }
+                self.cache.upsert_slice(e);
+                self.pending_endpoint_changes += 1;
+                metrics::counter!(m::ENDPOINT_CHANGES_TOTAL).increment(1);
+                self.queued();
+            }
+            Event::Apply(Object::Node(n)) => {
+                self.seen(Kind::Node, (String::new(), n.name.clone()));
+                self.health.set_node_eligible(!n.deleting && !n.taints.iter().any(|t| t == TO_BE_DELETED_TAINT));
+                self.cache.set_node(Some(n));
+                self.queued();
+            }
+            Event::Delete { kind, namespace, name } => {
+                self.delete(kind, &namespace, &name);
+                self.queued();
+            }
+            Event::InitStart(kind) => {
+                self.relisting.insert(kind, HashSet::new());
+            }
+            Event::InitDone(kind) => {
+                if let Some(seen) = self.relisting.remove(&kind) {
+                    let gone: Vec<Key> = self
+                        .inventory
+                        .get(&kind)
+                        .map(|inv| inv.difference(&seen).cloned().collect())
+                        .unwrap_or_default();
+                    for (ns, name) in gone {
+                        self.delete(kind, &ns, &name);
+                        self.queued();
+                    }
+                }
+                if self.listed.insert(kind) {
+                    tracing::debug!(?kind, "listed");
+                }
+            }
+            Event::SourceProblems(p) => {
+                self.source_problems = p;
+                self.queued();
+            }
+        }
+    }
+
+    fn delete(&mut self, kind: Kind, namespace: &str, name: &str) {
+        if let Some(inv) = self.inventory.get_mut(&kind) {
+            inv.remove(&(namespace.to_string(), name.to_string()));
+        }
+        match kind {
+            Kind::Service => {
+                self.cache.remove_service(namespace, name);
+                self.pending_service_changes += 1;
+                metrics::counter!(m::SERVICE_CHANGES_TOTAL).increment(1);
+            }
+            Kind::EndpointSlice => {
+                self.cache.remove_slice(namespace, name);
+                self.pending_endpoint_changes += 1;
+                metrics::counter!(m::ENDPOINT_CHANGES_TOTAL).increment(1);
+            }
+            Kind::Node => {
+                self.health.set_node_eligible(true);
+                self.cache.set_node(None);
+            }
+        }
+    }
+
+    fn sync(&mut self) -> SyncReport {
+        let started = Instant::now();
+        if matches!(self.cache.model().config.nodeport_addresses, NodePortAddresses::Cidrs(_)) {
+            self.cache.set_local_addresses(local_addresses());
+        }
+        let rebuilt = self.cache.rebuild();
+        let full =
+            self.needs_full || rebuilt.facts_changed || self.table.as_ref().is_none_or(|t| !t.fits(self.cache.model()));
+        let opts = RenderOptions { table: self.cfg.table.clone() };
+        let mut report = SyncReport {
+            full,
+            rendered_ports: if full { self.cache.model().services.len() } else { rebuilt.changes.len() },
+            objects: 0,
+            bytes: 0,
+            took: Duration::ZERO,
+            error: None,
+            programming_latency: Vec::new(),
+        };
+        let outcome = if full {
+            let mut table = DesiredTable::new(self.cache.model(), &opts);
+            let result = observe(&mut self.nl, &self.cfg.table)
+                .map_err(|e| format!("reading the table: {e}"))
+                .and_then(|current| {
+                    if let Some(c) = &current {
+                        for f in &c.foreign {
+                            tracing::warn!("replacing an object verdict did not write: {f}");
+                        }
+                    }
+                    let plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
+                    report.objects = plan.transaction.object_count();
+                    let stats = self.nl.commit(&plan.transaction).map_err(|e| e.to_string())?;
+                    report.bytes = stats.bytes;
+                    table.adopt(plan.result);
+                    Ok(())
+                });
+            self.table = Some(table);
+            result
+        } else {
+            let table = self.table.as_mut().expect("partial syncs have a table");
+            for c in &rebuilt.changes {
+                table.update(c.old.as_ref(), c.new.as_ref());
+            }
+            let tx = table.plan();
+            report.objects = tx.object_count();
+            match self.nl.commit(&tx) {
+                Ok(stats) => {
+                    report.bytes = stats.bytes;
+                    table.committed();
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        report.took = started.elapsed();
+        let now = Instant::now();
+        self.last_sync_end = Some(now);
+        match outcome {
+            Ok(()) => self.succeeded(&mut report, now),
+            Err(e) => {
+                metrics::counter!(m::SYNC_FAILURES).increment(1);
+                tracing::error!(full, "sync failed; a full reconcile follows in {:?}: {e}", self.backoff);
+                self.needs_full = true;
+                self.retry_at = Some(now + self.backoff);
+                self.backoff = (self.backoff * 2).min(self.cfg.sync_period.max(self.backoff));
+                report.error = Some(e);
+            }
+        }
+        let secs = report.took.as_secs_f64();
+        metrics::histogram!(m::SYNC_DURATION).record(secs);
+        metrics::histogram!(if full { m::SYNC_FULL_DURATION } else { m::SYNC_PARTIAL_DURATION }).record(secs);
+        report
+    }
+
+    fn succeeded(&mut self, report: &mut SyncReport, now: Instant) {
+        if report.full {
+            self.last_full = now;
+        }
+        self.needs_full = false;
+        self.retry_at = None;
+        self.backoff = self.cfg.min_sync_period.max(Duration::from_millis(100));
+        self.dirty_since = None;
+        self.health.set_families(self.cache.model().families().iter().map(|f| f.to_string()).collect());
+        self.health.updated();
+        let wall = SystemTime::now();
+        for t in self.triggers.drain(..) {
+            let latency = wall.duration_since(t).unwrap_or_default();
+            metrics::histogram!(m::NETWORK_PROGRAMMING).record(latency.as_secs_f64());
+            report.programming_latency.push(latency);
+        }
+        metrics::gauge!(m::LAST_TIMESTAMP).set(unix_now());
+        metrics::gauge!(m::SERVICE_CHANGES_PENDING).set(0.0);
+        metrics::gauge!(m::ENDPOINT_CHANGES_PENDING).set(0.0);
+        self.pending_service_changes = 0;
+        self.pending_endpoint_changes = 0;
+        metrics::histogram!(m::TX_OPERATIONS).record(report.objects as f64);
+        metrics::histogram!(m::TX_BYTES).record(report.bytes as f64);
+        metrics::histogram!(m::RENDERED_PORTS).record(report.rendered_ports as f64);
+        if report.full || report.objects > 0 {
+            tracing::info!(
+                full = report.full,
+                services = self.cache.model().services.len(),
+                rendered = report.rendered_ports,
+                objects = report.objects,
+                bytes = report.bytes,
+                ms = report.took.as_secs_f64() * 1000.0,
+                "synced"
+            );
+        }
+        self.publish_problems();
+    }
+
+    /// Logs and announces problems that appeared, changed or went away.
+    fn publish_problems(&mut self) {
+        let mut now: BTreeMap<ObjectRef, Vec<Problem>> = BTreeMap::new();
+        for p in self.cache.problems().into_iter().chain(self.source_problems.iter().cloned()) {
+            now.entry(p.object.clone()).or_default().push(p);
+        }
+        let mut counts: BTreeMap<&'static str, f64> = BTreeMap::new();
+        for problems in now.values() {
+            for p in problems {
+                *counts.entry(p.reason).or_default() += 1.0;
+            }
+        }
+        for reason in self.reasons.iter().copied().collect::<Vec<_>>() {
+            if !counts.contains_key(reason) {
+                metrics::gauge!(m::PROBLEMS, "reason" => reason).set(0.0);
+            }
+        }
+        for (reason, n) in &counts {
+            metrics::gauge!(m::PROBLEMS, "reason" => *reason).set(*n);
+            self.reasons.insert(reason);
+        }
+        for (object, problems) in &now {
+            if self.published.get(object) != Some(problems) {
+                for p in problems {
+                    tracing::warn!("{p}; left out");
+                }
+                self.notify(object.clone(), problems.clone());
+            }
+        }
+        for object in self.published.keys().filter(|o| !now.contains_key(*o)).cloned().collect::<Vec<_>>() {
+            tracing::info!("{object}: its problems are resolved");
+            self.notify(object, Vec::new());
+        }
+        self.published = now;
+    }
+
+    fn notify(&self, object: ObjectRef, problems: Vec<Problem>) {
+        if let Some(tx) = &self.notices
+            && matches!(object.kind, ObjectKind::Service | ObjectKind::EndpointSlice)
+        {
+            let _ = tx.send(ProblemNotice { object, problems });
+        }
+    }
+}
+
+/// The addresses of the node's interfaces (for `--nodeport-addresses` CIDRs).
+pub fn local_addresses() -> Vec<std::net::IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
+    let mut out: Vec<std::net::IpAddr> = addrs
+        .filter_map(|a| a.address)
+        .filter_map(|sa| match (sa.as_sockaddr_in(), sa.as_sockaddr_in6()) {
+            (Some(v4), _) => Some(std::net::IpAddr::V4(v4.ip())),
+            (_, Some(v6)) => Some(std::net::IpAddr::V6(v6.ip())),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}

@@ -1,0 +1,234 @@
+//! The model kept up to date object by object, for the agent's sync loop: a changed Service or
+//! EndpointSlice rebuilds only the Service it belongs to, and [`ModelCache::rebuild`] says
+//! which Service ports changed (old and new), which is all the nftables side needs.
+
+use crate::build::{build_service, node_facts, select_endpoints};
+use crate::claims::ClaimIndex;
+use crate::problem::Problem;
+use crate::source;
+use crate::types::{ProxyConfig, ProxyModel, ServicePort, ServicePortName};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+type Key = (String, String);
+
+/// One Service port that changed: what it was and what it is (`None`: absent).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PortChange {
+    /// The port.
+    pub name: ServicePortName,
+    /// Before.
+    pub old: Option<ServicePort>,
+    /// After.
+    pub new: Option<ServicePort>,
+}
+
+/// What [`ModelCache::rebuild`] found.
+#[derive(Clone, Debug, Default)]
+pub struct Rebuilt {
+    /// The node's facts changed (addresses, zone, families): everything must be re-rendered.
+    pub facts_changed: bool,
+    /// Ports that changed.
+    pub changes: Vec<PortChange>,
+}
+
+/// Source objects, and the model built from them.
+#[derive(Debug)]
+pub struct ModelCache {
+    node_name: String,
+    node: Option<source::Node>,
+    local_addresses: Vec<IpAddr>,
+    model: ProxyModel,
+    node_problems: Vec<Problem>,
+    services: BTreeMap<Key, source::Service>,
+    slices: BTreeMap<Key, source::EndpointSlice>,
+    slices_of: BTreeMap<Key, BTreeSet<String>>,
+    raw: BTreeMap<Key, Vec<ServicePort>>,
+    problems: BTreeMap<Key, Vec<Problem>>,
+    claim_problems: BTreeMap<ServicePortName, Vec<Problem>>,
+    claims: ClaimIndex,
+    dirty: BTreeSet<Key>,
+    facts_dirty: bool,
+}
+
+fn key(ns: &str, name: &str) -> Key {
+    (ns.to_string(), name.to_string())
+}
+
+impl ModelCache {
+    /// An empty cache for node `node_name`.
+    pub fn new(config: ProxyConfig, node_name: &str) -> ModelCache {
+        ModelCache {
+            node_name: node_name.to_string(),
+            node: None,
+            local_addresses: Vec::new(),
+            model: ProxyModel { config, ..ProxyModel::default() },
+            node_problems: Vec::new(),
+            services: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            slices_of: BTreeMap::new(),
+            raw: BTreeMap::new(),
+            problems: BTreeMap::new(),
+            claim_problems: BTreeMap::new(),
+            claims: ClaimIndex::default(),
+            dirty: BTreeSet::new(),
+            facts_dirty: true,
+        }
+    }
+
+    /// The model as of the last [`ModelCache::rebuild`].
+    pub fn model(&self) -> &ProxyModel {
+        &self.model
+    }
+
+    /// The Node object of this node (`None`: deleted or not seen yet).
+    pub fn set_node(&mut self, node: Option<source::Node>) {
+        if self.node != node {
+            self.node = node;
+            self.facts_dirty = true;
+        }
+    }
+
+    /// The addresses of the node's interfaces.
+    pub fn set_local_addresses(&mut self, mut addresses: Vec<IpAddr>) {
+        addresses.sort();
+        addresses.dedup();
+        if self.local_addresses != addresses {
+            self.local_addresses = addresses;
+            self.facts_dirty = true;
+        }
+    }
+
+    /// Adds or replaces a Service.
+    pub fn upsert_service(&mut self, svc: source::Service) {
+        let k = key(&svc.namespace, &svc.name);
+        if self.services.get(&k) != Some(&svc) {
+            self.services.insert(k.clone(), svc);
+            self.dirty.insert(k);
+        }
+    }
+
+    /// Removes a Service.
+    pub fn remove_service(&mut self, namespace: &str, name: &str) {
+        let k = key(namespace, name);
+        if self.services.remove(&k).is_some() {
+            self.dirty.insert(k);
+        }
+    }
+
+    /// Adds or replaces an EndpointSlice.
+    pub fn upsert_slice(&mut self, slice: source::EndpointSlice) {
+        let k = key(&slice.namespace, &slice.name);
+        if self.slices.get(&k) == Some(&slice) {
+            return;
+        }
+        self.remove_slice(&slice.namespace, &slice.name);
+        let owner = key(&slice.namespace, &slice.service_name);
+        self.slices_of.entry(owner.clone()).or_default().insert(slice.name.clone());
+        self.dirty.insert(owner);
+        self.slices.insert(k, slice);
+    }
+
+    /// Removes an EndpointSlice.
+    pub fn remove_slice(&mut self, namespace: &str, name: &str) {
+        if let Some(old) = self.slices.remove(&key(namespace, name)) {
+            let owner = key(&old.namespace, &old.service_name);
+            if let Some(names) = self.slices_of.get_mut(&owner) {
+                names.remove(&old.name);
+                if names.is_empty() {
+                    self.slices_of.remove(&owner);
+                }
+            }
+            self.dirty.insert(owner);
+        }
+    }
+
+    /// Whether anything changed since the last rebuild.
+    pub fn is_dirty(&self) -> bool {
+        self.facts_dirty || !self.dirty.is_empty()
+    }
+
+    /// Rebuilds what changed.
+    pub fn rebuild(&mut self) -> Rebuilt {
+        let mut out = Rebuilt::default();
+        if self.facts_dirty {
+            self.facts_dirty = false;
+            self.node_problems.clear();
+            let facts = node_facts(&self.node_name, self.node.as_ref(), &self.local_addresses, &mut self.node_problems);
+            if facts != self.model.node {
+                self.model.node = facts;
+                out.facts_changed = true;
+                self.dirty.extend(self.services.keys().cloned());
+                self.dirty.extend(self.raw.keys().cloned());
+            }
+        }
+        let families = self.model.families();
+        let mut affected: BTreeSet<ServicePortName> = BTreeSet::new();
+        for k in std::mem::take(&mut self.dirty) {
+            for old in self.raw.remove(&k).unwrap_or_default() {
+                affected.extend(self.claims.rivals(&old));
+                affected.insert(old.name.clone());
+                self.claims.unregister(&old);
+            }
+            self.problems.remove(&k);
+            let Some(svc) = self.services.get(&k) else { continue };
+            let slices: Vec<&source::EndpointSlice> = self
+                .slices_of
+                .get(&k)
+                .map(|names| names.iter().filter_map(|n| self.slices.get(&key(&k.0, n))).collect())
+                .unwrap_or_default();
+            let mut problems = Vec::new();
+            let ports = build_service(&self.model.node, &families, svc, &slices, &mut problems);
+            for p in &ports {
+                self.claims.register(p);
+            }
+            for p in &ports {
+                affected.extend(self.claims.rivals(p));
+            }
+            if !problems.is_empty() {
+                self.problems.insert(k.clone(), problems);
+            }
+            self.raw.insert(k, ports);
+        }
+        for name in affected {
+            let raw =
+                self.raw.get(&key(&name.namespace, &name.name)).and_then(|ports| ports.iter().find(|p| p.name == name));
+            let new = raw.map(|raw| {
+                let (mut port, problems) = self.claims.settle(raw);
+                if problems.is_empty() {
+                    self.claim_problems.remove(&name);
+                } else {
+                    // Losing an address can change what the port reaches externally.
+                    select_endpoints(&self.model.node, &mut port);
+                    self.claim_problems.insert(name.clone(), problems);
+                }
+                port
+            });
+            if new.is_none() {
+                self.claim_problems.remove(&name);
+            }
+            let old = match &new {
+                Some(p) => self.model.services.insert(name.clone(), p.clone()),
+                None => self.model.services.remove(&name),
+            };
+            if old != new {
+                out.changes.push(PortChange { name, old, new });
+            }
+        }
+        out
+    }
+
+    /// Every problem found, sorted.
+    pub fn problems(&self) -> Vec<Problem> {
+        let mut all: Vec<Problem> = self
+            .node_problems
+            .iter()
+            .chain(self.problems.values().flatten())
+            .chain(self.claim_problems.values().flatten())
+            .cloned()
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+}

@@ -1,0 +1,103 @@
+//! Which Service port owns each address and NodePort, so that two Services never claim the
+//! same traffic: among the ports that want a key, the first in (namespace, name, port,
+//! protocol) order owns it; the others are left without it and told why. Kept as an index so
+//! that adding or removing one Service settles ownership without looking at the others.
+
+use crate::net::Protocol;
+use crate::problem::{ObjectKind, ObjectRef, Problem};
+use crate::types::{ServicePort, ServicePortName};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+/// A claimable key: an address with protocol and port, or a NodePort.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Claim {
+    Address(IpAddr, Protocol, u16),
+    NodePort(Protocol, u16),
+}
+
+/// The keys a port wants, before ownership is settled.
+pub(crate) fn wanted(port: &ServicePort) -> BTreeSet<Claim> {
+    let p = port.protocol();
+    let mut out: BTreeSet<Claim> = port
+        .cluster_ips
+        .iter()
+        .chain(&port.external_ips)
+        .chain(&port.load_balancer_ips)
+        .map(|ip| Claim::Address(*ip, p, port.port))
+        .collect();
+    if let Some(np) = port.node_port {
+        out.insert(Claim::NodePort(p, np));
+    }
+    out
+}
+
+/// Every claim and who wants it.
+#[derive(Debug, Default)]
+pub(crate) struct ClaimIndex {
+    contenders: BTreeMap<Claim, BTreeSet<ServicePortName>>,
+}
+
+impl ClaimIndex {
+    /// Registers `port`'s wishes.
+    pub fn register(&mut self, port: &ServicePort) {
+        for c in wanted(port) {
+            self.contenders.entry(c).or_default().insert(port.name.clone());
+        }
+    }
+
+    /// Withdraws `port`'s wishes.
+    pub fn unregister(&mut self, port: &ServicePort) {
+        for c in wanted(port) {
+            if let Some(set) = self.contenders.get_mut(&c) {
+                set.remove(&port.name);
+                if set.is_empty() {
+                    self.contenders.remove(&c);
+                }
+            }
+        }
+    }
+
+    /// Everybody who wants one of `port`'s keys (whose ownership may change with it).
+    pub fn rivals(&self, port: &ServicePort) -> BTreeSet<ServicePortName> {
+        wanted(port).iter().filter_map(|c| self.contenders.get(c)).flatten().cloned().collect()
+    }
+
+    fn owner(&self, c: &Claim) -> Option<&ServicePortName> {
+        self.contenders.get(c).and_then(|s| s.first())
+    }
+
+    /// `raw` with the keys it does not own removed, and a problem for each.
+    pub fn settle(&self, raw: &ServicePort) -> (ServicePort, Vec<Problem>) {
+        let mut port = raw.clone();
+        let mut problems = Vec::new();
+        let name = raw.name.clone();
+        let object = ObjectRef::new(ObjectKind::Service, &name.namespace, &name.name);
+        let (p, number) = (raw.protocol(), raw.port);
+        let mut lost = |what: String, other: &ServicePortName| {
+            problems.push(Problem::new(
+                object.clone(),
+                "AddressConflict",
+                format!("{what} is already used by {other}; left out of {name}"),
+            ));
+        };
+        let mut keep = |ip: &IpAddr, kind: &str| match self.owner(&Claim::Address(*ip, p, number)) {
+            Some(owner) if *owner != raw.name => {
+                lost(format!("{kind} {ip} {p}/{number}"), owner);
+                false
+            }
+            _ => true,
+        };
+        port.cluster_ips.retain(|ip| keep(ip, "clusterIP"));
+        port.external_ips.retain(|ip| keep(ip, "externalIP"));
+        port.load_balancer_ips.retain(|ip| keep(ip, "load balancer IP"));
+        if let Some(np) = port.node_port
+            && let Some(owner) = self.owner(&Claim::NodePort(p, np))
+            && *owner != raw.name
+        {
+            lost(format!("nodePort {p}/{np}"), owner);
+            port.node_port = None;
+        }
+        (port, problems)
+    }
+}

@@ -1,0 +1,287 @@
+//! The desired table, kept up to date one Service port at a time.
+//!
+//! A sync after a few changes must cost what the changes cost, not what the cluster costs:
+//! [`DesiredTable::update`] re-renders only the old and new version of a changed Service port
+//! and applies the difference to the table it holds, remembering the state each touched object
+//! had at the last commit. [`DesiredTable::plan`] turns those before-states into a transaction.
+//! After a successful commit [`DesiredTable::committed`] forgets them; after a failure the
+//! caller reconciles against the kernel ([`crate::diff`]) and [`DesiredTable::adopt`]s the result.
+
+use crate::diff::{ChangeSet, emit, stable_slots};
+use crate::render::service::is_shared;
+use crate::render::{Class, RenderOptions, Sink, capacity, render_counted, service};
+use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set, SetDecl};
+use crate::transaction::Transaction;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use verdict_model::{ProxyModel, ServicePort};
+
+/// The desired table and what changed in it since the last commit.
+#[derive(Debug)]
+pub struct DesiredTable {
+    /// Node facts and configuration, without Services: what ports are rendered against.
+    facts: ProxyModel,
+    ruleset: Ruleset,
+    shared: HashMap<(String, Blob), u32>,
+    classes: HashMap<Class, u32>,
+    pending: Pending,
+}
+
+/// Before-states of everything touched since the last commit.
+#[derive(Debug, Default)]
+struct Pending {
+    chains: HashMap<String, Option<Chain>>,
+    sets: HashMap<String, Option<SetDecl>>,
+    elements: HashMap<(String, Blob), Option<Elem>>,
+}
+
+/// One Service port's share of the table, for one family.
+#[derive(Default)]
+struct Fragment {
+    elements: Vec<(String, Blob, Elem)>,
+    classes: Vec<Class>,
+}
+
+impl Sink for Fragment {
+    fn element(&mut self, set: &str, key: Blob, elem: Elem) {
+        self.elements.push((set.to_string(), key, elem));
+    }
+
+    fn class(&mut self, class: Class) -> Arc<str> {
+        self.classes.push(class);
+        Arc::from(class.name().as_str())
+    }
+}
+
+impl DesiredTable {
+    /// The table for a whole model. Nothing is pending: the caller reconciles it against the
+    /// kernel before the first commit.
+    pub fn new(model: &ProxyModel, opts: &RenderOptions) -> DesiredTable {
+        let (ruleset, counts) = render_counted(model, opts);
+        let facts = ProxyModel { node: model.node.clone(), config: model.config.clone(), services: Default::default() };
+        DesiredTable { facts, ruleset, shared: counts.shared, classes: counts.classes, pending: Pending::default() }
+    }
+
+    /// The table as it should be.
+    pub fn ruleset(&self) -> &Ruleset {
+        &self.ruleset
+    }
+
+    /// Whether `model`'s node facts and configuration are the ones this table was built for
+    /// (if not, rebuild it with [`DesiredTable::new`]).
+    pub fn fits(&self, model: &ProxyModel) -> bool {
+        self.facts.node == model.node && self.facts.config == model.config
+    }
+
+    /// Replaces Service port `old` by `new` (either may be absent: added, removed).
+    pub fn update(&mut self, old: Option<&ServicePort>, new: Option<&ServicePort>) {
+        for family in self.facts.families() {
+            let mut before = Fragment::default();
+            let mut after = Fragment::default();
+            if let Some(p) = old {
+                service::render(&self.facts, p, family, &mut before);
+            }
+            if let Some(p) = new {
+                service::render(&self.facts, p, family, &mut after);
+            }
+            self.apply(before, after);
+        }
+    }
+
+    fn apply(&mut self, before: Fragment, after: Fragment) {
+        // Classes first (a new endpoint map must exist before its elements), removals last.
+        let mut delta: BTreeMap<Class, i64> = BTreeMap::new();
+        for c in &after.classes {
+            *delta.entry(*c).or_default() += 1;
+        }
+        for c in &before.classes {
+            *delta.entry(*c).or_default() -= 1;
+        }
+        for (class, d) in &delta {
+            if *d > 0 {
+                self.class_ref(*class, *d as u32);
+            }
+        }
+
+        let old: HashMap<(&str, Blob), &Elem> = before.elements.iter().map(|(s, k, e)| ((s.as_str(), *k), e)).collect();
+        let wanted = self.keep_slots(&before, after.elements);
+        let new_keys: std::collections::HashSet<(&str, Blob)> =
+            wanted.iter().map(|(s, k, _)| (s.as_str(), *k)).collect();
+        for ((set, key), _) in &old {
+            if !new_keys.contains(&(*set, *key)) {
+                self.remove_element(set, *key);
+            }
+        }
+        for (set, key, elem) in &wanted {
+            match old.get(&(set.as_str(), *key)) {
+                // Shared elements are all alike: the reference simply carries over.
+                Some(_) if is_shared(set) => {}
+                Some(prev) if *prev == elem && self.current(set, key) == Some(elem) => {}
+                Some(_) => self.set_element(set, *key, elem.clone()),
+                None => self.add_element(set, *key, elem.clone()),
+            }
+        }
+
+        for (class, d) in delta {
+            if d < 0 {
+                self.class_unref(class, (-d) as u32);
+            }
+        }
+    }
+
+    /// Endpoints already in a slot keep it (see `diff::stable_slots`).
+    fn keep_slots(&self, before: &Fragment, after: Vec<(String, Blob, Elem)>) -> Vec<(String, Blob, Elem)> {
+        let mut groups: BTreeMap<(String, Blob), Vec<(Blob, Elem)>> = BTreeMap::new();
+        let mut out = Vec::with_capacity(after.len());
+        for (set, key, elem) in after {
+            match self.ruleset.sets.get(&set).and_then(|s| s.decl.slot_prefix_len()) {
+                Some(prefix) => groups.entry((set, key.prefix(prefix))).or_default().push((key, elem)),
+                None => out.push((set, key, elem)),
+            }
+        }
+        for ((set, prefix), wanted) in groups {
+            let slot_len = self.ruleset.sets[&set].decl.slot_prefix_len().unwrap_or(0);
+            let current: Vec<(Blob, Elem)> = before
+                .elements
+                .iter()
+                .filter(|(s, k, _)| *s == set && k.prefix(slot_len) == prefix)
+                .filter_map(|(_, k, _)| Some((*k, self.current(&set, k)?.clone())))
+                .collect();
+            out.extend(stable_slots(&current, wanted).into_iter().map(|(k, e)| (set.clone(), k, e)));
+        }
+        out
+    }
+
+    fn current(&self, set: &str, key: &Blob) -> Option<&Elem> {
+        self.ruleset.sets.get(set)?.elements.get(key)
+    }
+
+    fn touch_element(&mut self, set: &str, key: Blob) {
+        let before = self.current(set, &key).cloned();
+        self.pending.elements.entry((set.to_string(), key)).or_insert(before);
+    }
+
+    fn touch_set(&mut self, name: &str) {
+        let before = self.ruleset.sets.get(name).map(|s| s.decl.clone());
+        self.pending.sets.entry(name.to_string()).or_insert(before);
+    }
+
+    fn touch_chain(&mut self, name: &str) {
+        let before = self.ruleset.chains.get(name).cloned();
+        self.pending.chains.entry(name.to_string()).or_insert(before);
+    }
+
+    fn add_element(&mut self, set: &str, key: Blob, elem: Elem) {
+        if is_shared(set) {
+            let n = self.shared.entry((set.to_string(), key)).or_default();
+            *n += 1;
+            if *n > 1 {
+                return;
+            }
+        }
+        self.set_element(set, key, elem);
+    }
+
+    fn set_element(&mut self, set: &str, key: Blob, elem: Elem) {
+        self.touch_element(set, key);
+        let s = self.ruleset.sets.get_mut(set).unwrap_or_else(|| panic!("element for undeclared set {set}"));
+        Arc::make_mut(&mut s.elements).insert(key, elem);
+        // A set that outgrows its capacity is recreated with twice the room.
+        let (len, size) = (s.elements.len(), s.decl.size);
+        if size.is_some_and(|size| len > size as usize) {
+            self.touch_set(set);
+            self.ruleset.sets.get_mut(set).expect("exists").decl.size = Some(capacity(len));
+        }
+    }
+
+    fn remove_element(&mut self, set: &str, key: Blob) {
+        if is_shared(set) {
+            let n = self.shared.entry((set.to_string(), key)).or_default();
+            *n = n.saturating_sub(1);
+            if *n > 0 {
+                return;
+            }
+            self.shared.remove(&(set.to_string(), key));
+        }
+        self.touch_element(set, key);
+        if let Some(s) = self.ruleset.sets.get_mut(set) {
+            Arc::make_mut(&mut s.elements).remove(&key);
+        }
+    }
+
+    fn class_ref(&mut self, class: Class, n: u32) {
+        let count = self.classes.entry(class).or_default();
+        *count += n;
+        if *count == n {
+            let (mut decl, chain) = class.objects(self.facts.config.masquerade_mark());
+            decl.size = Some(capacity(0));
+            self.touch_set(&decl.name);
+            self.touch_chain(&chain.name);
+            self.ruleset.sets.insert(decl.name.clone(), Set::new(decl));
+            self.ruleset.chains.insert(chain.name.clone(), chain);
+        }
+    }
+
+    fn class_unref(&mut self, class: Class, n: u32) {
+        let count = self.classes.entry(class).or_default();
+        *count = count.saturating_sub(n);
+        if *count == 0 {
+            self.classes.remove(&class);
+            let name = class.name();
+            self.touch_set(&name);
+            self.touch_chain(&name);
+            self.ruleset.sets.remove(&name);
+            self.ruleset.chains.remove(&name);
+        }
+    }
+
+    /// Kernel objects touched since the last commit.
+    pub fn pending(&self) -> usize {
+        self.pending.chains.len() + self.pending.sets.len() + self.pending.elements.len()
+    }
+
+    /// The transaction that brings the kernel (as of the last commit) to this table.
+    pub fn plan(&self) -> Transaction {
+        let mut changes = ChangeSet::default();
+        for (name, before) in &self.pending.sets {
+            let after = self.ruleset.sets.get(name).map(|s| &s.decl);
+            if before.as_ref() != after {
+                changes.sets.push((name.clone(), before.clone(), after.cloned()));
+            }
+        }
+        changes.sets.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, before) in &self.pending.chains {
+            let after = self.ruleset.chains.get(name);
+            if before.as_ref() != after {
+                changes.chains.push((name.clone(), before.clone(), after.cloned()));
+            }
+        }
+        changes.chains.sort_by(|a, b| a.0.cmp(&b.0));
+        let whole_sets: std::collections::HashSet<&String> = changes.sets.iter().map(|s| &s.0).collect();
+        for ((set, key), before) in &self.pending.elements {
+            if whole_sets.contains(set) || !self.ruleset.sets.contains_key(set) {
+                continue;
+            }
+            let after = self.current(set, key);
+            if before.as_ref() != after {
+                changes.elements.entry(set.clone()).or_default().push((*key, before.clone(), after.cloned()));
+            }
+        }
+        for elems in changes.elements.values_mut() {
+            elems.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        emit(changes, &self.ruleset, true)
+    }
+
+    /// The kernel now holds this table.
+    pub fn committed(&mut self) {
+        self.pending = Pending::default();
+    }
+
+    /// Takes a reconciled table (a full diff's result: this table with the kernel's slots and
+    /// capacities), which the kernel now holds.
+    pub fn adopt(&mut self, result: Ruleset) {
+        self.ruleset = result;
+        self.pending = Pending::default();
+    }
+}
