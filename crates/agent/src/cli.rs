@@ -1,22 +1,36 @@
-//! What the user typed. Validation into an [`crate::config::Config`] happens in `config`.
+//! What the user typed. Validation into a [`crate::config`] happens in `config`; flags left
+//! unset are `None`, so that a `--config` file can supply them (flags win over the file).
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// verdict: an nftables-native Kubernetes Service proxy.
 #[derive(Debug, Parser)]
 #[command(name = "verdict", version, about, long_about = None)]
 pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Program the node's nftables table from the cluster (or a manifests directory).
-    Run(RunArgs),
+    /// Program the node's nftables table from the cluster (or a manifests directory) and keep it
+    /// up to date.
+    Run(Box<RunArgs>),
     /// Print the nft text of the table that would be programmed (no root, no kernel).
     Render(RenderArgs),
     /// Delete verdict's table.
@@ -40,24 +54,48 @@ pub struct RulesArgs {
     /// Masquerade all traffic sent to ClusterIPs.
     #[arg(long)]
     pub masquerade_all: bool,
-    /// The packet-mark bit (0-31) that asks for masquerading.
-    #[arg(long, value_name = "BIT", default_value_t = 14)]
-    pub masquerade_bit: u8,
-    /// The nftables table (family inet) verdict owns.
-    #[arg(long, value_name = "NAME", default_value = verdict_nft::ruleset::DEFAULT_TABLE)]
-    pub table: String,
+    /// The packet-mark bit (0-31) that asks for masquerading (default 14).
+    #[arg(long, value_name = "BIT")]
+    pub masquerade_bit: Option<i64>,
+    /// The nftables table (family inet) verdict owns (default `kube-proxy`).
+    #[arg(long, value_name = "NAME")]
+    pub table: Option<String>,
 }
 
 /// `verdict run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A kubeconfig file (default: in-cluster configuration).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The API server's address, overriding the kubeconfig's.
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
     /// Read Services, EndpointSlices and Nodes from YAML files in this directory instead of an
-    /// API server.
+    /// API server (and follow changes to them).
     #[arg(long, value_name = "DIR")]
     pub manifests: Option<PathBuf>,
     /// Program the table once and exit: 0 on success, non-zero with the reason on failure.
     #[arg(long)]
     pub once: bool,
+    /// Remove verdict's table (and kube-proxy's) and exit.
+    #[arg(long)]
+    pub cleanup: bool,
+    /// Where `/metrics` and `/proxyMode` are served (default 127.0.0.1:10249; empty: off).
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_bind_address: Option<String>,
+    /// Where `/healthz` and `/livez` are served (default 0.0.0.0:10256; empty: off).
+    #[arg(long, value_name = "IP:PORT")]
+    pub healthz_bind_address: Option<String>,
+    /// Minimum time between syncs (default 1s), e.g. `500ms`, `1s`, `1m`.
+    #[arg(long, value_name = "DURATION")]
+    pub min_sync_period: Option<String>,
+    /// Retry bound after a failure; unhealthy after twice this without programming (default 30s).
+    #[arg(long, value_name = "DURATION")]
+    pub sync_period: Option<String>,
     /// Rule flags.
     #[command(flatten)]
     pub rules: RulesArgs,

@@ -1,7 +1,11 @@
 //! Validated configuration: everything the user can get wrong is caught here, before any
-//! socket is opened, and reported in one line.
+//! socket is opened, and reported in one line (exit code 64).
 
-use crate::cli::RulesArgs;
+use crate::cli::{RulesArgs, RunArgs};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 use verdict_model::{Cidr, NodePortAddresses, ProxyConfig};
 
 /// Invalid configuration (exit code 64).
@@ -16,6 +20,107 @@ impl std::fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+fn bad(msg: impl Into<String>) -> ConfigError {
+    ConfigError(msg.into())
+}
+
+/// The fields of kube-proxy's configuration file that apply to verdict.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeProxyConfiguration {
+    api_version: Option<String>,
+    kind: Option<String>,
+    #[serde(rename = "clusterCIDR")]
+    cluster_cidr: Option<String>,
+    hostname_override: Option<String>,
+    node_port_addresses: Option<Vec<String>>,
+    metrics_bind_address: Option<String>,
+    healthz_bind_address: Option<String>,
+    client_connection: Option<ClientConnection>,
+    mode: Option<String>,
+    nftables: Option<NftablesSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClientConnection {
+    kubeconfig: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NftablesSection {
+    masquerade_all: Option<bool>,
+    masquerade_bit: Option<i64>,
+    sync_period: Option<String>,
+    min_sync_period: Option<String>,
+}
+
+const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
+
+impl KubeProxyConfiguration {
+    /// Reads and checks a configuration file.
+    pub fn load(path: &std::path::Path) -> Result<KubeProxyConfiguration, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("--config {}: {e}", path.display())))?;
+        let cfg: KubeProxyConfiguration =
+            serde_yaml::from_str(&text).map_err(|e| bad(format!("--config {}: not a KubeProxyConfiguration: {e}", path.display())))?;
+        if let Some(v) = &cfg.api_version
+            && v != API_VERSION
+        {
+            return Err(bad(format!("--config {}: apiVersion {v:?} is not {API_VERSION}", path.display())));
+        }
+        if let Some(k) = &cfg.kind
+            && k != "KubeProxyConfiguration"
+        {
+            return Err(bad(format!("--config {}: kind {k:?} is not KubeProxyConfiguration", path.display())));
+        }
+        match cfg.mode.as_deref() {
+            None | Some("") | Some("nftables") => {}
+            Some(other) => {
+                return Err(bad(format!(
+                    "--config {}: mode {other:?} is not supported: verdict is an nftables proxy (set mode: nftables or leave it empty)",
+                    path.display()
+                )));
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+/// Parses a Go-style duration (`500ms`, `1s`, `1m30s`, `1h`).
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let value: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let factor = match &rest[..unit] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit..];
+        total += Duration::from_secs_f64(value * factor);
+    }
+    Some(total)
+}
+
 /// Settings that shape the rules, validated.
 #[derive(Clone, Debug)]
 pub struct RulesConfig {
@@ -27,15 +132,17 @@ pub struct RulesConfig {
     pub table: String,
 }
 
-fn bad(msg: String) -> ConfigError {
-    ConfigError(msg)
-}
-
 impl RulesConfig {
-    /// Validates the rule flags.
+    /// Validates the rule flags (without a configuration file).
     pub fn from_args(args: &RulesArgs) -> Result<RulesConfig, ConfigError> {
-        let node_name = match &args.hostname_override {
-            Some(n) if n.trim().is_empty() => return Err(bad("--hostname-override must not be empty".into())),
+        Self::merge(args, &KubeProxyConfiguration::default())
+    }
+
+    /// Flags over the file over the defaults.
+    fn merge(args: &RulesArgs, file: &KubeProxyConfiguration) -> Result<RulesConfig, ConfigError> {
+        let hostname = args.hostname_override.clone().or_else(|| file.hostname_override.clone());
+        let node_name = match hostname {
+            Some(n) if n.trim().is_empty() => return Err(bad("--hostname-override must not be empty")),
             Some(n) => n.trim().to_lowercase(),
             None => nix::unistd::gethostname()
                 .map_err(|e| bad(format!("cannot read the host name ({e}); set --hostname-override")))?
@@ -43,57 +150,190 @@ impl RulesConfig {
                 .trim()
                 .to_lowercase(),
         };
+        let cidrs: Vec<String> = if args.cluster_cidr.is_empty() {
+            file.cluster_cidr.as_deref().unwrap_or_default().split(',').map(str::to_string).collect()
+        } else {
+            args.cluster_cidr.clone()
+        };
         let mut cluster_cidrs: Vec<Cidr> = Vec::new();
-        for raw in args.cluster_cidr.iter().filter(|s| !s.trim().is_empty()) {
+        for raw in cidrs.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
             let cidr = Cidr::parse_tolerant(raw).ok_or_else(|| bad(format!("--cluster-cidr {raw:?} is not a CIDR")))?;
             if cluster_cidrs.iter().any(|c| c.family() == cidr.family()) {
                 return Err(bad(format!("--cluster-cidr has more than one {} network", cidr.family())));
             }
             cluster_cidrs.push(cidr);
         }
-        let nodeport_addresses = match args
-            .nodeport_addresses
-            .iter()
-            .map(|s| s.trim())
-            .filter(|s| !s.is_empty())
-            .collect::<Vec<_>>()
-            .as_slice()
-        {
+        let np: Vec<String> = if args.nodeport_addresses.is_empty() {
+            file.node_port_addresses.clone().unwrap_or_default()
+        } else {
+            args.nodeport_addresses.clone()
+        };
+        let np: Vec<&str> = np.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
+        let nodeport_addresses = match np.as_slice() {
             [] | ["primary"] => NodePortAddresses::Primary,
             list => {
                 let mut cidrs = Vec::new();
                 for raw in list {
                     if *raw == "primary" {
-                        return Err(bad("--nodeport-addresses: `primary` cannot be combined with CIDRs".into()));
+                        return Err(bad("--nodeport-addresses: `primary` cannot be combined with CIDRs"));
                     }
-                    cidrs.push(
-                        Cidr::parse_tolerant(raw)
-                            .ok_or_else(|| bad(format!("--nodeport-addresses {raw:?} is not a CIDR")))?,
-                    );
+                    cidrs.push(Cidr::parse_tolerant(raw).ok_or_else(|| bad(format!("--nodeport-addresses {raw:?} is not a CIDR")))?);
                 }
                 NodePortAddresses::Cidrs(cidrs)
             }
         };
-        if args.masquerade_bit > 31 {
-            return Err(bad(format!("--masquerade-bit {} is not a bit of a 32-bit mark (0-31)", args.masquerade_bit)));
+        let nft = file.nftables.as_ref();
+        let bit = args.masquerade_bit.or(nft.and_then(|n| n.masquerade_bit)).unwrap_or(14);
+        if !(0..=31).contains(&bit) {
+            return Err(bad(format!("--masquerade-bit {bit} is not a bit of a 32-bit mark (0-31)")));
         }
-        let table = args.table.trim().to_string();
-        if table.is_empty()
-            || table.len() > 200
-            || !table.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(bad(format!("--table {:?} is not a valid nftables table name", args.table)));
+        let table = args.table.clone().unwrap_or_else(|| verdict_nft::ruleset::DEFAULT_TABLE.to_string());
+        if table.is_empty() || table.len() > 200 || !table.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(bad(format!("--table {table:?} is not a valid nftables table name")));
         }
         Ok(RulesConfig {
             node_name,
             proxy: ProxyConfig {
                 cluster_cidrs,
                 nodeport_addresses,
-                masquerade_all: args.masquerade_all,
-                masquerade_bit: args.masquerade_bit,
+                masquerade_all: args.masquerade_all || nft.and_then(|n| n.masquerade_all).unwrap_or(false),
+                masquerade_bit: bit as u8,
                 ..ProxyConfig::default()
             },
             table,
         })
+    }
+}
+
+/// Where the agent's objects come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A manifests directory.
+    Manifests(PathBuf),
+    /// An API server: a kubeconfig (`None`: in-cluster) and an optional server override.
+    ApiServer {
+        /// The kubeconfig file.
+        kubeconfig: Option<PathBuf>,
+        /// `--master`.
+        master: Option<String>,
+    },
+}
+
+/// `verdict run`, validated.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Rule settings.
+    pub rules: RulesConfig,
+    /// Where objects come from.
+    pub source: Source,
+    /// Exit after the first sync.
+    pub once: bool,
+    /// Clean up and exit.
+    pub cleanup: bool,
+    /// `/metrics`, `/proxyMode`.
+    pub metrics_addr: Option<SocketAddr>,
+    /// `/healthz`, `/livez`.
+    pub healthz_addr: Option<SocketAddr>,
+    /// Minimum time between syncs.
+    pub min_sync_period: Duration,
+    /// Retry bound; health timeout is twice this.
+    pub sync_period: Duration,
+}
+
+fn bind_address(flag: &str, raw: &str, default_port: u16) -> Result<Option<SocketAddr>, ConfigError> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(sa) = raw.parse::<SocketAddr>() {
+        return Ok(Some(sa));
+    }
+    match raw.parse::<std::net::IpAddr>() {
+        Ok(ip) => Ok(Some(SocketAddr::new(ip, default_port))),
+        Err(_) => Err(bad(format!("--{flag} {raw:?} is not an IP:port address"))),
+    }
+}
+
+fn duration(flag: &str, raw: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
+    match raw {
+        None => Ok(default),
+        Some(r) => parse_duration(r).ok_or_else(|| bad(format!("--{flag} {r:?} is not a duration (e.g. 500ms, 1s, 1m30s)"))),
+    }
+}
+
+impl RunConfig {
+    /// Validates `verdict run`'s flags and configuration file.
+    pub fn from_args(args: &RunArgs) -> Result<RunConfig, ConfigError> {
+        let file = match &args.config {
+            Some(path) => KubeProxyConfiguration::load(path)?,
+            None => KubeProxyConfiguration::default(),
+        };
+        let rules = RulesConfig::merge(&args.rules, &file)?;
+        let nft = file.nftables.as_ref();
+        let min_sync_period = duration(
+            "min-sync-period",
+            args.min_sync_period.as_deref().or(nft.and_then(|n| n.min_sync_period.as_deref())),
+            Duration::from_secs(1),
+        )?;
+        let sync_period =
+            duration("sync-period", args.sync_period.as_deref().or(nft.and_then(|n| n.sync_period.as_deref())), Duration::from_secs(30))?;
+        if sync_period.is_zero() {
+            return Err(bad("--sync-period must be greater than 0"));
+        }
+        if min_sync_period > sync_period {
+            return Err(bad(format!("--min-sync-period ({min_sync_period:?}) must not exceed --sync-period ({sync_period:?})")));
+        }
+        let metrics = args.metrics_bind_address.clone().or(file.metrics_bind_address.clone()).unwrap_or("127.0.0.1:10249".into());
+        let healthz = args.healthz_bind_address.clone().or(file.healthz_bind_address.clone()).unwrap_or("0.0.0.0:10256".into());
+        let source = match &args.manifests {
+            Some(dir) => {
+                if args.kubeconfig.is_some() || args.master.is_some() {
+                    return Err(bad("--manifests cannot be combined with --kubeconfig or --master"));
+                }
+                if !dir.is_dir() {
+                    return Err(bad(format!("--manifests {}: not a directory", dir.display())));
+                }
+                Source::Manifests(dir.clone())
+            }
+            None => Source::ApiServer {
+                kubeconfig: args
+                    .kubeconfig
+                    .clone()
+                    .or(file.client_connection.as_ref().and_then(|c| c.kubeconfig.clone()).filter(|s| !s.is_empty()).map(PathBuf::from)),
+                master: args.master.clone(),
+            },
+        };
+        if let Source::ApiServer { kubeconfig: Some(path), .. } = &source
+            && !path.is_file()
+        {
+            return Err(bad(format!("--kubeconfig {}: no such file", path.display())));
+        }
+        Ok(RunConfig {
+            rules,
+            source,
+            once: args.once,
+            cleanup: args.cleanup,
+            metrics_addr: bind_address("metrics-bind-address", &metrics, 10249)?,
+            healthz_addr: bind_address("healthz-bind-address", &healthz, 10256)?,
+            min_sync_period,
+            sync_period,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_duration("1s"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h0m0s"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("1x"), None);
+        assert_eq!(parse_duration(""), None);
     }
 }

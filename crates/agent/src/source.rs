@@ -31,21 +31,3 @@ pub fn report(problems: &[Problem]) {
         tracing::warn!("{p}; left out");
     }
 }
-
-/// The addresses of this host's interfaces (for `--nodeport-addresses` CIDRs).
-pub fn local_addresses() -> Vec<IpAddr> {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return Vec::new() };
-    let mut out: Vec<IpAddr> = addrs
-        .filter_map(|a| a.address)
-        .filter_map(|sa| {
-            if let Some(v4) = sa.as_sockaddr_in() {
-                Some(IpAddr::V4(v4.ip()))
-            } else {
-                sa.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
-            }
-        })
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}

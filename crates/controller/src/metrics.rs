@@ -83,4 +83,21 @@ pub fn describe() {
     describe_histogram!(TX_BYTES, metrics::Unit::Bytes, "Bytes sent by each nftables transaction");
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
+
+    // Every series exists from the start (at zero), as in upstream's registry, so dashboards
+    // and alerts see them before the first event.
+    for c in [ENDPOINT_CHANGES_TOTAL, SERVICE_CHANGES_TOTAL, SYNC_FAILURES] {
+        metrics::counter!(c).increment(0);
+    }
+    for c in [HEALTHZ_TOTAL, LIVEZ_TOTAL] {
+        for code in ["200", "503"] {
+            metrics::counter!(c, "code" => code).increment(0);
+        }
+    }
+    for g in [LAST_TIMESTAMP, LAST_QUEUED, ENDPOINT_CHANGES_PENDING, SERVICE_CHANGES_PENDING] {
+        metrics::gauge!(g).set(0.0);
+    }
+    for h in [SYNC_DURATION, SYNC_FULL_DURATION, SYNC_PARTIAL_DURATION, NETWORK_PROGRAMMING, TX_OPERATIONS, TX_BYTES, RENDERED_PORTS] {
+        let _ = metrics::histogram!(h);
+    }
 }

@@ -115,7 +115,7 @@ pub struct SyncLoop {
     published: BTreeMap<ObjectRef, Vec<Problem>>,
     reasons: HashSet<&'static str>,
     reports: Option<Sender<SyncReport>>,
-    notices: Option<Sender<ProblemNotice>>,
+    notices: Option<Box<dyn Fn(ProblemNotice) + Send>>,
 }
 
 fn unix_now() -> f64 {
@@ -159,9 +159,9 @@ impl SyncLoop {
         self
     }
 
-    /// Sends a notice whenever an object's problems change.
-    pub fn with_notices(mut self, tx: Sender<ProblemNotice>) -> SyncLoop {
-        self.notices = Some(tx);
+    /// Calls `notify` whenever an object's problems change.
+    pub fn with_notices(mut self, notify: impl Fn(ProblemNotice) + Send + 'static) -> SyncLoop {
+        self.notices = Some(Box::new(notify));
         self
     }
 
@@ -475,10 +475,10 @@ impl SyncLoop {
     }
 
     fn notify(&self, object: ObjectRef, problems: Vec<Problem>) {
-        if let Some(tx) = &self.notices
+        if let Some(notify) = &self.notices
             && matches!(object.kind, ObjectKind::Service | ObjectKind::EndpointSlice)
         {
-            let _ = tx.send(ProblemNotice { object, problems });
+            notify(ProblemNotice { object, problems });
         }
     }
 }

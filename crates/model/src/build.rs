@@ -41,7 +41,8 @@ pub fn build_model(
 ) -> BuildOutput {
     let mut problems = Vec::new();
     let node = node_facts(node_name, node, local_addresses, &mut problems);
-    let mut model = ProxyModel { node, config, services: BTreeMap::new() };
+    let service_cidrs = config.service_cidrs.clone();
+    let mut model = ProxyModel { node, config, services: BTreeMap::new(), service_cidrs };
     let families = model.families();
 
     let mut slices_by_service: BTreeMap<(&str, &str), Vec<&source::EndpointSlice>> = BTreeMap::new();

@@ -49,6 +49,7 @@ pub struct ModelCache {
     claims: ClaimIndex,
     dirty: BTreeSet<Key>,
     facts_dirty: bool,
+    service_cidr_objects: BTreeMap<String, Vec<crate::Cidr>>,
 }
 
 fn key(ns: &str, name: &str) -> Key {
@@ -73,6 +74,23 @@ impl ModelCache {
             claims: ClaimIndex::default(),
             dirty: BTreeSet::new(),
             facts_dirty: true,
+            service_cidr_objects: BTreeMap::new(),
+        }
+    }
+
+    /// Adds or replaces a ServiceCIDR object (unparsable CIDRs in it are skipped with a problem).
+    pub fn upsert_service_cidr(&mut self, object: source::ServiceCidr) {
+        let cidrs: Vec<crate::Cidr> = object.cidrs.iter().filter_map(|c| crate::Cidr::parse_tolerant(c)).collect();
+        if self.service_cidr_objects.get(&object.name) != Some(&cidrs) {
+            self.service_cidr_objects.insert(object.name, cidrs);
+            self.facts_dirty = true;
+        }
+    }
+
+    /// Removes a ServiceCIDR object.
+    pub fn remove_service_cidr(&mut self, name: &str) {
+        if self.service_cidr_objects.remove(name).is_some() {
+            self.facts_dirty = true;
         }
     }
 
@@ -155,6 +173,20 @@ impl ModelCache {
             self.facts_dirty = false;
             self.node_problems.clear();
             let facts = node_facts(&self.node_name, self.node.as_ref(), &self.local_addresses, &mut self.node_problems);
+            let mut cidrs: Vec<crate::Cidr> = self
+                .model
+                .config
+                .service_cidrs
+                .iter()
+                .chain(self.service_cidr_objects.values().flatten())
+                .copied()
+                .collect();
+            cidrs.sort();
+            cidrs.dedup();
+            if cidrs != self.model.service_cidrs {
+                self.model.service_cidrs = cidrs;
+                out.facts_changed = true;
+            }
             if facts != self.model.node {
                 self.model.node = facts;
                 out.facts_changed = true;

@@ -24,6 +24,6 @@ pub use cache::{ModelCache, PortChange, Rebuilt};
 pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use types::{
-    DetectLocal, Endpoint, EndpointTarget, NodeFacts, NodePortAddresses, ProxyConfig, ProxyModel, ServicePort,
-    ServicePortName,
+    DetectLocal, Endpoint, EndpointSelection, EndpointTarget, NodeFacts, NodePortAddresses, PodMatch, ProxyConfig,
+    ProxyModel, ServicePort, ServicePortName,
 };

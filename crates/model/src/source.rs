@@ -130,3 +130,12 @@ pub struct Node {
     /// The keys of `spec.taints`.
     pub taints: Vec<String>,
 }
+
+/// A networking.k8s.io/v1 ServiceCIDR.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceCidr {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.cidrs`.
+    pub cidrs: Vec<String>,
+}

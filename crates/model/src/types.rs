@@ -14,6 +14,10 @@ pub struct ProxyModel {
     pub config: ProxyConfig,
     /// One entry per (namespace, Service, port name, protocol).
     pub services: BTreeMap<ServicePortName, ServicePort>,
+    /// The networks ClusterIPs are allocated from (`--service-cluster-ip-range` and
+    /// networking.k8s.io/v1 ServiceCIDR objects): traffic to an unallocated address in them is
+    /// dropped.
+    pub service_cidrs: Vec<Cidr>,
 }
 
 impl ProxyModel {
@@ -43,10 +47,52 @@ impl ProxyModel {
         ips
     }
 
-    /// The cluster CIDR of a family, used to tell pod traffic from everything else.
+    /// The cluster CIDR of a family.
     pub fn cluster_cidr(&self, family: IpFamily) -> Option<Cidr> {
         self.config.cluster_cidrs.iter().find(|c| c.family() == family).copied()
     }
+
+    /// How traffic from pods is recognised for a family (`None`: it is not, and neither
+    /// off-cluster masquerading nor the pod short-circuit of Local policies apply).
+    pub fn pod_match(&self, family: IpFamily) -> Option<PodMatch> {
+        match &self.config.detect_local {
+            DetectLocal::ClusterCidr => self.cluster_cidr(family).map(PodMatch::Cidr),
+            DetectLocal::NodeCidr => {
+                self.node.pod_cidrs.iter().find(|c| c.family() == family).copied().map(PodMatch::Cidr)
+            }
+            DetectLocal::BridgeInterface(name) => Some(PodMatch::Interface(name.clone())),
+            DetectLocal::InterfaceNamePrefix(prefix) => Some(PodMatch::InterfacePrefix(prefix.clone())),
+            DetectLocal::None => None,
+        }
+    }
+
+    /// Service ports whose Local policy finds no local endpoint while endpoints exist elsewhere
+    /// (upstream's `sync_proxy_rules_no_local_endpoints_total`): (internal, external).
+    pub fn no_local_endpoints(&self) -> (usize, usize) {
+        let mut internal = 0;
+        let mut external = 0;
+        for port in self.services.values() {
+            let without_local = [&port.v4, &port.v6].iter().any(|s| s.has_any && s.local.is_empty());
+            if port.internal_policy_local && without_local {
+                internal += 1;
+            }
+            if port.external_policy_local && port.externally_accessible() && without_local {
+                external += 1;
+            }
+        }
+        (internal, external)
+    }
+}
+
+/// How traffic from pods is recognised.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodMatch {
+    /// Its source address is in this network.
+    Cidr(Cidr),
+    /// It arrives on this interface (the pods' bridge).
+    Interface(String),
+    /// It arrives on an interface whose name starts with this.
+    InterfacePrefix(String),
 }
 
 /// Facts about the node being programmed.
@@ -75,12 +121,20 @@ pub enum NodePortAddresses {
     Cidrs(Vec<Cidr>),
 }
 
-/// How traffic from pods is told apart from other traffic.
+/// How traffic from pods is told apart from other traffic (`--detect-local-mode`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum DetectLocal {
     /// Pods are the sources inside `--cluster-cidr` (upstream's default).
     #[default]
     ClusterCidr,
+    /// Pods are the sources inside the Node's `spec.podCIDRs`.
+    NodeCidr,
+    /// Pod traffic arrives on this bridge.
+    BridgeInterface(String),
+    /// Pod traffic arrives on interfaces whose names start with this.
+    InterfaceNamePrefix(String),
+    /// Pod traffic is not recognised.
+    None,
 }
 
 /// Configuration that shapes the rules.
@@ -96,6 +150,8 @@ pub struct ProxyConfig {
     pub masquerade_bit: u8,
     /// How pod traffic is recognised.
     pub detect_local: DetectLocal,
+    /// `--service-cluster-ip-range`.
+    pub service_cidrs: Vec<Cidr>,
 }
 
 impl Default for ProxyConfig {
@@ -106,6 +162,7 @@ impl Default for ProxyConfig {
             masquerade_all: false,
             masquerade_bit: 14,
             detect_local: DetectLocal::ClusterCidr,
+            service_cidrs: Vec::new(),
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::diff::{ChangeSet, emit, stable_slots};
 use crate::render::service::is_shared;
-use crate::render::{Class, RenderOptions, Sink, capacity, render_counted, service};
+use crate::render::{Class, MapClass, RenderOptions, Sink, capacity, render_counted, service};
 use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set, SetDecl};
 use crate::transaction::Transaction;
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +24,7 @@ pub struct DesiredTable {
     ruleset: Ruleset,
     shared: HashMap<(String, Blob), u32>,
     classes: HashMap<Class, u32>,
+    maps: HashMap<MapClass, u32>,
     pending: Pending,
 }
 
@@ -40,6 +41,8 @@ struct Pending {
 struct Fragment {
     elements: Vec<(String, Blob, Elem)>,
     classes: Vec<Class>,
+    chains: Vec<Chain>,
+    sets: Vec<SetDecl>,
 }
 
 impl Sink for Fragment {
@@ -51,6 +54,14 @@ impl Sink for Fragment {
         self.classes.push(class);
         Arc::from(class.name().as_str())
     }
+
+    fn chain(&mut self, chain: Chain) {
+        self.chains.push(chain);
+    }
+
+    fn set(&mut self, decl: SetDecl) {
+        self.sets.push(decl);
+    }
 }
 
 impl DesiredTable {
@@ -58,8 +69,20 @@ impl DesiredTable {
     /// kernel before the first commit.
     pub fn new(model: &ProxyModel, opts: &RenderOptions) -> DesiredTable {
         let (ruleset, counts) = render_counted(model, opts);
-        let facts = ProxyModel { node: model.node.clone(), config: model.config.clone(), services: Default::default() };
-        DesiredTable { facts, ruleset, shared: counts.shared, classes: counts.classes, pending: Pending::default() }
+        let facts = ProxyModel {
+            node: model.node.clone(),
+            config: model.config.clone(),
+            service_cidrs: model.service_cidrs.clone(),
+            services: Default::default(),
+        };
+        DesiredTable {
+            facts,
+            ruleset,
+            shared: counts.shared,
+            classes: counts.classes,
+            maps: counts.maps,
+            pending: Pending::default(),
+        }
     }
 
     /// The table as it should be.
@@ -70,7 +93,9 @@ impl DesiredTable {
     /// Whether `model`'s node facts and configuration are the ones this table was built for
     /// (if not, rebuild it with [`DesiredTable::new`]).
     pub fn fits(&self, model: &ProxyModel) -> bool {
-        self.facts.node == model.node && self.facts.config == model.config
+        self.facts.node == model.node
+            && self.facts.config == model.config
+            && self.facts.service_cidrs == model.service_cidrs
     }
 
     /// Replaces Service port `old` by `new` (either may be absent: added, removed).
@@ -88,8 +113,9 @@ impl DesiredTable {
         }
     }
 
-    fn apply(&mut self, before: Fragment, after: Fragment) {
-        // Classes first (a new endpoint map must exist before its elements), removals last.
+    fn apply(&mut self, mut before: Fragment, mut after: Fragment) {
+        // Classes and the port's own objects first (a map or set must exist before its
+        // elements), removals last.
         let mut delta: BTreeMap<Class, i64> = BTreeMap::new();
         for c in &after.classes {
             *delta.entry(*c).or_default() += 1;
@@ -102,6 +128,7 @@ impl DesiredTable {
                 self.class_ref(*class, *d as u32);
             }
         }
+        let gone_sets = self.own_objects(&mut before, &mut after);
 
         let old: HashMap<(&str, Blob), &Elem> = before.elements.iter().map(|(s, k, e)| ((s.as_str(), *k), e)).collect();
         let wanted = self.keep_slots(&before, after.elements);
@@ -127,6 +154,34 @@ impl DesiredTable {
                 self.class_unref(class, (-d) as u32);
             }
         }
+        for name in gone_sets {
+            self.touch_set(&name);
+            self.ruleset.sets.remove(&name);
+        }
+    }
+
+    /// Writes the port's own chains and sets that are new or changed, removes its chains that
+    /// are gone, and returns its sets that are gone (removed once their elements are).
+    fn own_objects(&mut self, before: &mut Fragment, after: &mut Fragment) -> Vec<String> {
+        for decl in std::mem::take(&mut after.sets) {
+            before.sets.retain(|d| d.name != decl.name);
+            if self.ruleset.sets.get(&decl.name).map(|s| &s.decl) != Some(&decl) {
+                self.touch_set(&decl.name);
+                self.ruleset.sets.insert(decl.name.clone(), Set::new(decl));
+            }
+        }
+        for chain in std::mem::take(&mut after.chains) {
+            before.chains.retain(|c| c.name != chain.name);
+            if self.ruleset.chains.get(&chain.name) != Some(&chain) {
+                self.touch_chain(&chain.name);
+                self.ruleset.chains.insert(chain.name.clone(), chain);
+            }
+        }
+        for chain in std::mem::take(&mut before.chains) {
+            self.touch_chain(&chain.name);
+            self.ruleset.chains.remove(&chain.name);
+        }
+        std::mem::take(&mut before.sets).into_iter().map(|d| d.name).collect()
     }
 
     /// Endpoints already in a slot keep it (see `diff::stable_slots`).
@@ -213,12 +268,17 @@ impl DesiredTable {
         let count = self.classes.entry(class).or_default();
         *count += n;
         if *count == n {
-            let (mut decl, chain) = class.objects(self.facts.config.masquerade_mark());
-            decl.size = Some(capacity(0));
-            self.touch_set(&decl.name);
+            let chain = class.chain(self.facts.config.masquerade_mark());
             self.touch_chain(&chain.name);
-            self.ruleset.sets.insert(decl.name.clone(), Set::new(decl));
             self.ruleset.chains.insert(chain.name.clone(), chain);
+        }
+        let map = class.map();
+        let count = self.maps.entry(map).or_default();
+        *count += n;
+        if *count == n {
+            let decl = map.decl().with_size(capacity(0));
+            self.touch_set(&decl.name);
+            self.ruleset.sets.insert(decl.name.clone(), Set::new(decl));
         }
     }
 
@@ -228,10 +288,17 @@ impl DesiredTable {
         if *count == 0 {
             self.classes.remove(&class);
             let name = class.name();
-            self.touch_set(&name);
             self.touch_chain(&name);
-            self.ruleset.sets.remove(&name);
             self.ruleset.chains.remove(&name);
+        }
+        let map = class.map();
+        let count = self.maps.entry(map).or_default();
+        *count = count.saturating_sub(n);
+        if *count == 0 {
+            self.maps.remove(&map);
+            let name = map.name();
+            self.touch_set(&name);
+            self.ruleset.sets.remove(&name);
         }
     }
 

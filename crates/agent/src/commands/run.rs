@@ -1,44 +1,112 @@
-//! `verdict run`: program the table.
+//! `verdict run`: the node agent.
 
-use crate::cli::RunArgs;
-use crate::config::RulesConfig;
-use crate::source;
-use anyhow::{Context, Result, bail};
-use std::time::Instant;
+use crate::config::{RunConfig, Source};
+use crate::http;
+use anyhow::{Context, Result, anyhow};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::Arc;
+use std::time::Duration;
+use verdict_controller::health::ProxyHealth;
+use verdict_controller::metrics as m;
+use verdict_controller::sync::{ProblemNotice, SyncConfig, SyncLoop};
+use verdict_model::ModelCache;
 use verdict_nft::netlink::Netlink;
-use verdict_nft::observe::observe;
-use verdict_nft::{RenderOptions, diff, render};
 
-/// Runs one sync from a manifests directory: read the kernel, diff, commit.
-pub fn run(args: &RunArgs, cfg: &RulesConfig) -> Result<()> {
-    let Some(dir) = &args.manifests else {
-        bail!("watching an API server is not available in this build; use --manifests DIR");
-    };
-    if !args.once {
-        bail!("daemon mode is not available in this build; use --once");
+/// How often a manifests directory is checked for changes.
+const MANIFEST_POLL: Duration = Duration::from_millis(500);
+
+fn install_metrics() -> Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_proxy_rules_duration_seconds".into()), &m::sync_buckets())?
+        .set_buckets_for_metric(Matcher::Full(m::NETWORK_PROGRAMMING.into()), &m::programming_buckets())?
+        .set_buckets_for_metric(Matcher::Prefix("verdict_sync_".into()), &m::size_buckets())?
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    m::describe();
+    Ok(handle)
+}
+
+/// Runs the agent until SIGTERM/SIGINT (rules stay in place) or, with `--once`, one sync.
+pub fn run(cfg: RunConfig) -> Result<()> {
+    if cfg.cleanup {
+        return super::cleanup::remove(&cfg.rules.table);
     }
-    let started = Instant::now();
-    let built = source::model_from_manifests(dir, cfg, &source::local_addresses())?;
-    source::report(&built.problems);
-    let desired = render(&built.model, &RenderOptions { table: cfg.table.clone() });
-    let mut nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
-    let current = observe(&mut nl, &cfg.table).context("reading the current table")?;
-    if let Some(o) = &current {
-        for f in &o.foreign {
-            tracing::warn!("replacing an object verdict did not write: {f}");
+    let prom = install_metrics()?;
+    let health = Arc::new(ProxyHealth::new(cfg.sync_period * 2));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(serve_endpoints(&cfg, prom, health.clone()))?;
+
+    let nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (notice_tx, notice_rx) = tokio::sync::mpsc::unbounded_channel::<ProblemNotice>();
+    let sync_cfg = SyncConfig {
+        table: cfg.rules.table.clone(),
+        min_sync_period: cfg.min_sync_period,
+        sync_period: cfg.sync_period,
+        once: cfg.once,
+        ..SyncConfig::default()
+    };
+    let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
+    let sync_loop = SyncLoop::new(cache, nl, sync_cfg, health).with_notices(move |n| {
+        let _ = notice_tx.send(n);
+    });
+    let syncer = std::thread::Builder::new().name("sync".into()).spawn(move || sync_loop.run(rx))?;
+
+    let node = cfg.rules.node_name.clone();
+    tracing::info!(node, table = cfg.rules.table, "verdict starting");
+    match &cfg.source {
+        Source::Manifests(dir) => {
+            let dir = dir.clone();
+            std::thread::Builder::new().name("manifests".into()).spawn(move || {
+                if let Err(e) = verdict_controller::dir::watch_dir(&dir, &node, MANIFEST_POLL, &tx) {
+                    tracing::error!("{e}");
+                }
+            })?;
+            drop(notice_rx);
+        }
+        Source::ApiServer { kubeconfig, master } => {
+            let client = rt.block_on(crate::kube::client(kubeconfig.as_deref(), master.as_deref()))?;
+            rt.spawn(crate::kube::publish_events(client.clone(), node.clone(), notice_rx));
+            rt.spawn(async move { verdict_controller::watch::watch(client, &node, tx).await });
         }
     }
-    let plan = diff(current.as_ref().map(|o| &o.ruleset), &desired);
-    let stats = nl.commit(&plan.transaction).context("programming nftables")?;
-    tracing::info!(
-        services = built.model.services.len(),
-        problems = built.problems.len(),
-        operations = plan.transaction.object_count(),
-        bytes = stats.bytes,
-        kernel_ms = stats.kernel_us as f64 / 1000.0,
-        total_ms = started.elapsed().as_secs_f64() * 1000.0,
-        "table {} programmed",
-        cfg.table
-    );
+
+    let outcome = rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok::<bool, anyhow::Error>(true),
+                _ = tokio::signal::ctrl_c() => return Ok(true),
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    if syncer.is_finished() {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    })?;
+    if outcome {
+        tracing::info!("signalled: exiting, rules stay in place");
+        return Ok(());
+    }
+    match syncer.join() {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(anyhow!(e)),
+        Err(_) => Err(anyhow!("the sync loop panicked")),
+    }
+}
+
+async fn serve_endpoints(cfg: &RunConfig, prom: PrometheusHandle, health: Arc<ProxyHealth>) -> Result<()> {
+    if let Some(addr) = cfg.metrics_addr {
+        let bound = http::serve(addr, http::metrics_routes(prom, health.clone()))
+            .await
+            .with_context(|| format!("serving metrics on {addr}"))?;
+        tracing::info!(%bound, "metrics: /metrics /proxyMode");
+    }
+    if let Some(addr) = cfg.healthz_addr {
+        let bound =
+            http::serve(addr, http::health_routes(health)).await.with_context(|| format!("serving health on {addr}"))?;
+        tracing::info!(%bound, "health: /healthz /livez");
+    }
     Ok(())
 }

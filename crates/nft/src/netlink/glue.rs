@@ -856,6 +856,11 @@ pub(crate) struct Socket {
     inner: mnl::Socket,
 }
 
+// SAFETY: an mnl_socket is a heap struct holding a socket fd and its port id; libmnl keeps no
+// thread-local state and the socket's network namespace is fixed when it is created, so moving
+// it to another thread is sound. It is not `Sync`: only one thread uses it at a time.
+unsafe impl Send for Socket {}
+
 const SOL_NETLINK: libc::c_int = 270;
 const NETLINK_CAP_ACK: libc::c_int = 10;
 const NETLINK_EXT_ACK: libc::c_int = 11;

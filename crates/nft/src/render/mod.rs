@@ -12,6 +12,7 @@
 //! `crate::desired`).
 
 pub mod names;
+mod own;
 mod scaffold;
 pub(crate) mod service;
 
@@ -56,6 +57,7 @@ pub fn render(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
 pub(crate) struct Counts {
     pub shared: std::collections::HashMap<(String, Blob), u32>,
     pub classes: std::collections::HashMap<Class, u32>,
+    pub maps: std::collections::HashMap<MapClass, u32>,
 }
 
 /// Renders the whole table and counts the references to shared elements and classes.
@@ -90,8 +92,9 @@ pub fn scaffold(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
     rs
 }
 
-/// The objects shared by every Service address with the same number of endpoints: a chain
-/// that picks one of them and the map it DNATs through.
+/// A chain shared by every Service address (or NodePort) with the same number of endpoints:
+/// it picks one of them through its endpoint map, after setting the masquerade mark when
+/// `masquerade` is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Class {
     /// Service addresses (ClusterIP, external, load balancer), or NodePorts.
@@ -100,6 +103,8 @@ pub struct Class {
     pub family: IpFamily,
     /// Number of endpoints.
     pub n: usize,
+    /// Mark the packet for masquerading first.
+    pub masquerade: bool,
 }
 
 /// What a [`Class`] dispatches.
@@ -107,12 +112,23 @@ pub struct Class {
 pub enum ClassKind {
     /// Keyed by destination address, protocol and port.
     Address,
-    /// Keyed by protocol and NodePort; masquerades.
+    /// Keyed by protocol and NodePort.
     NodePort,
 }
 
-impl Class {
-    /// The name of both its chain and its map.
+/// The endpoint map a [`Class`] DNATs through (shared by its plain and masquerading chains).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MapClass {
+    /// Keyed by address or by NodePort.
+    pub kind: ClassKind,
+    /// Address family.
+    pub family: IpFamily,
+    /// Number of endpoints.
+    pub n: usize,
+}
+
+impl MapClass {
+    /// The map's name.
     pub fn name(&self) -> String {
         match self.kind {
             ClassKind::Address => names::endpoints(self.n, self.family),
@@ -120,35 +136,66 @@ impl Class {
         }
     }
 
-    /// Its map (without a capacity) and its chain.
-    pub fn objects(&self, masquerade_mark: u32) -> (SetDecl, Chain) {
-        let name = self.name();
-        let f = self.family;
+    /// The map's key.
+    pub fn key(&self) -> Vec<Selector> {
         let mut key = match self.kind {
-            ClassKind::Address => addr_key(f).to_vec(),
+            ClassKind::Address => addr_key(self.family).to_vec(),
             ClassKind::NodePort => vec![Selector::L4Proto, Selector::ThDport],
         };
         key.push(Selector::Numgen(self.n as u32));
-        let decl = SetDecl::map(
-            &name,
-            KeySpec::Typeof(key.clone()),
-            DataSpec::Typeof(vec![Selector::Daddr(f), Selector::ThDport]),
-        );
-        let dnat = stmt(Stmt::Dnat { family: f, target: DnatTarget::Map { key, map: name.clone() } });
-        let items = match self.kind {
-            ClassKind::Address => vec![l4proto_any(), dnat],
-            ClassKind::NodePort => vec![stmt(Stmt::MarkOr(masquerade_mark)), l4proto_any(), dnat],
+        key
+    }
+
+    /// The map's declaration (without a capacity).
+    pub fn decl(&self) -> SetDecl {
+        let data = DataSpec::Typeof(vec![Selector::Daddr(self.family), Selector::ThDport]);
+        SetDecl::map(&self.name(), KeySpec::Typeof(self.key()), data)
+    }
+}
+
+impl Class {
+    /// Its endpoint map.
+    pub fn map(&self) -> MapClass {
+        MapClass { kind: self.kind, family: self.family, n: self.n }
+    }
+
+    /// The chain's name: the map's, with `-masq` for the masquerading variant.
+    pub fn name(&self) -> String {
+        if !self.masquerade {
+            return self.map().name();
+        }
+        let base = match self.kind {
+            ClassKind::Address => "endpoints",
+            ClassKind::NodePort => "nodeport-endpoints",
         };
-        (decl, Chain::regular(&name, vec![Rule::new(items)]))
+        names::masq(base, self.n, self.family)
+    }
+
+    /// The chain.
+    pub fn chain(&self, masquerade_mark: u32) -> Chain {
+        let map = self.map();
+        let dnat =
+            stmt(Stmt::Dnat { family: self.family, target: DnatTarget::Map { key: map.key(), map: map.name() } });
+        let mut items = Vec::new();
+        if self.masquerade {
+            items.push(stmt(Stmt::MarkOr(masquerade_mark)));
+        }
+        items.push(l4proto_any());
+        items.push(dnat);
+        Chain::regular(self.name(), vec![Rule::new(items)])
     }
 }
 
 /// Where a Service port's share of the table goes.
 pub(crate) trait Sink {
-    /// An element of a set or map the scaffolding (or a class) declares.
+    /// An element of a set or map the scaffolding, a class or this port declares.
     fn element(&mut self, set: &str, key: Blob, elem: Elem);
-    /// The chain and map of `class` must exist; returns their name.
+    /// The chain of `class` (and its map) must exist; returns the chain's name.
     fn class(&mut self, class: Class) -> Arc<str>;
+    /// A chain of this port's own (its name is unique to the port).
+    fn chain(&mut self, chain: Chain);
+    /// A set of this port's own (affinity sets).
+    fn set(&mut self, decl: SetDecl);
 }
 
 /// Accumulates a whole table. Elements are collected per set and built into maps once at the
@@ -177,13 +224,22 @@ impl Sink for Builder {
 
     fn class(&mut self, class: Class) -> Arc<str> {
         *self.counts.classes.entry(class).or_default() += 1;
+        *self.counts.maps.entry(class.map()).or_default() += 1;
         let name = class.name();
         if !self.rs.chains.contains_key(&name) {
-            let (decl, chain) = class.objects(self.mark);
-            self.rs.sets.insert(name.clone(), Set::new(decl));
-            self.rs.chains.insert(name.clone(), chain);
+            self.rs.chains.insert(name.clone(), class.chain(self.mark));
         }
+        let map = class.map();
+        self.rs.sets.entry(map.name()).or_insert_with(|| Set::new(map.decl()));
         Arc::from(name.as_str())
+    }
+
+    fn chain(&mut self, chain: Chain) {
+        self.rs.chains.insert(chain.name.clone(), chain);
+    }
+
+    fn set(&mut self, decl: SetDecl) {
+        self.rs.sets.insert(decl.name.clone(), Set::new(decl));
     }
 }
 
@@ -194,7 +250,7 @@ impl Builder {
             // elements such as hairpin entries, all alike) one is kept.
             self.rs.sets.get_mut(&name).expect("declared").elements = Arc::new(elements.into_iter().collect());
         }
-        for set in self.rs.sets.values_mut() {
+        for set in self.rs.sets.values_mut().filter(|s| s.decl.timeout.is_none()) {
             set.decl.size = Some(capacity(set.elements.len()));
         }
         self.rs

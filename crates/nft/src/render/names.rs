@@ -18,6 +18,8 @@ pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
 pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
 /// Endpoint addresses, as `source . destination` pairs, for hairpin masquerading.
 pub const HAIRPIN_ENDPOINTS: &str = "hairpin-endpoints";
+/// Load balancer addresses subject to `loadBalancerSourceRanges`.
+pub const FIREWALL_IPS: &str = "firewall-ips";
 
 /// Base chains, by upstream's names.
 pub const NAT_PREROUTING: &str = "nat-prerouting";
@@ -31,6 +33,10 @@ pub const FILTER_INPUT: &str = "filter-input";
 pub const FILTER_FORWARD: &str = "filter-forward";
 /// filter output.
 pub const FILTER_OUTPUT: &str = "filter-output";
+/// filter prerouting before DNAT (the source-range firewall).
+pub const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
+/// filter output before DNAT (the source-range firewall).
+pub const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
 
 /// Regular chains shared by all Services.
 pub const SERVICES: &str = "services";
@@ -44,6 +50,8 @@ pub const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
 pub const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
 /// `reject` cannot be vmap data, so no-endpoint elements go here.
 pub const REJECT_CHAIN: &str = "reject-chain";
+/// Dispatch to the source-range firewall chains.
+pub const FIREWALL_CHECK: &str = "firewall-check";
 
 /// A per-family object name: the IPv4 object keeps upstream's name.
 pub fn family_name(base: &str, family: IpFamily) -> String {
@@ -53,14 +61,38 @@ pub fn family_name(base: &str, family: IpFamily) -> String {
     }
 }
 
-/// The chain and map that pick one of `n` endpoints of a Service address.
+/// The map of Service addresses with `n` endpoints, and the chain that DNATs through it.
 pub fn endpoints(n: usize, family: IpFamily) -> String {
     family_name(&format!("endpoints-{n}"), family)
 }
 
-/// The chain and map that pick one of `n` endpoints of a NodePort.
+/// The map of NodePorts with `n` endpoints, and the chain that DNATs through it.
 pub fn nodeport_endpoints(n: usize, family: IpFamily) -> String {
     family_name(&format!("nodeport-endpoints-{n}"), family)
+}
+
+/// The chain that masquerades, then DNATs through the `n`-endpoint map.
+pub fn masq(map_base: &str, n: usize, family: IpFamily) -> String {
+    family_name(&format!("{map_base}-{n}-masq"), family)
+}
+
+/// A per-Service chain: `<prefix>-HASH-namespace/name/protocol/port` (upstream's naming).
+pub fn service_chain(prefix: &str, spn: &ServicePortName) -> String {
+    format!("{prefix}-{}", chain_name_base(spn))
+}
+
+/// The name base of an endpoint's chain and affinity set: the Service port's, then
+/// `__address/port` (with the colons of IPv6 addresses written as dots, as upstream does).
+pub fn endpoint_base(spn: &ServicePortName, addr: &std::net::IpAddr, port: u16) -> String {
+    let rest = format!(
+        "{}/{}/{}/{}__{}/{port}",
+        spn.namespace,
+        spn.name,
+        spn.protocol.lower(),
+        spn.port,
+        addr.to_string().replace(':', ".")
+    );
+    hashed(&rest)
 }
 
 /// Upstream's chain-name base: `HASH-namespace/name/protocol/port`, where HASH is the first
@@ -98,6 +130,8 @@ mod tests {
         assert_eq!(chain_name_base(&spn), "ULMVA6XW-ns1/svc1/tcp/p80");
         assert_eq!(hashed("ns1/svc1/tcp/p80__10.180.0.1/80"), "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80");
         assert_eq!(hashed("default/web/tcp/http"), "SUSTUHLJ-default/web/tcp/http");
+        let ep = endpoint_base(&spn, &"10.180.0.1".parse().unwrap(), 80);
+        assert_eq!(ep, "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80");
     }
 
     #[test]

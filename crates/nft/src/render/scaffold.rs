@@ -4,51 +4,66 @@
 use super::names::*;
 use super::{addr_key, addr_vmap, port_vmap};
 use crate::rule::build::*;
-use crate::rule::{Item, Match, Op, Reject, Rule, Selector, Stmt};
+use crate::rule::{Item, Match, Op, Reject, Rule, Selector, Stmt, Value, encode_concat};
 use crate::ruleset::{Chain, ChainKind, Datatype, Elem, Hook, KeySpec, Ruleset, Set, SetDecl};
-use verdict_model::{IpFamily, ProxyModel};
+use verdict_model::{IpFamily, PodMatch, ProxyModel};
 
-/// Priorities of the hook contract (docs/design.md): DNAT at dstnat, no-endpoint checks at
-/// filter, masquerade at srcnat.
+/// Priorities of the hook contract (docs/design.md): the source-range firewall before DNAT,
+/// DNAT at dstnat, no-endpoint checks at filter, masquerade at srcnat.
+const PRE_DNAT: i32 = -110;
 const DSTNAT: i32 = -100;
 const FILTER: i32 = 0;
 const SRCNAT: i32 = 100;
 
-pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Ruleset) {
-    let declare = |rs: &mut Ruleset, decl: SetDecl| {
-        rs.sets.insert(decl.name.clone(), Set::new(decl));
-    };
+/// The match that tells pod traffic apart (`!=`: not from a pod).
+pub(crate) fn pod_item(pod: &PodMatch, family: IpFamily, op: Op) -> Item {
+    match pod {
+        PodMatch::Cidr(c) => in_net(Selector::Saddr(family), op, *c),
+        PodMatch::Interface(name) => {
+            Item::Match(Match::Cmp { left: Selector::IifName, op, right: Value::Ifname(name.clone()) })
+        }
+        PodMatch::InterfacePrefix(p) => Item::Match(Match::IfnamePrefix { op, prefix: p.clone() }),
+    }
+}
+
+fn declare(rs: &mut Ruleset, decl: SetDecl) {
+    rs.sets.insert(decl.name.clone(), Set::new(decl));
+}
+
+fn chain(rs: &mut Ruleset, c: Chain) {
+    rs.chains.insert(c.name.clone(), c);
+}
+
+pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset) {
     let mark = model.config.masquerade_mark();
-    let chain = |rs: &mut Ruleset, c: Chain| {
-        rs.chains.insert(c.name.clone(), c);
-    };
     for &f in families {
         let ip_type = match f {
             IpFamily::V4 => Datatype::Ipv4Addr,
             IpFamily::V6 => Datatype::Ipv6Addr,
         };
         declare(
-            b,
+            rs,
             SetDecl::set(&family_name(CLUSTER_IPS, f), KeySpec::Type(vec![ip_type])).with_comment("Active ClusterIPs"),
         );
         declare(
-            b,
+            rs,
             SetDecl::set(&family_name(NODEPORT_IPS, f), KeySpec::Type(vec![ip_type]))
                 .with_comment("IPs that accept NodePort traffic"),
         );
-        declare(b, addr_vmap(SERVICE_IPS, f, "ClusterIP, ExternalIP and LoadBalancer IP traffic"));
-        declare(b, port_vmap(SERVICE_NODEPORTS, f, "NodePort traffic"));
-        declare(b, addr_vmap(NO_ENDPOINT_SERVICES, f, "vmap to drop or reject packets to services with no endpoints"));
+        declare(rs, addr_vmap(SERVICE_IPS, f, "ClusterIP, ExternalIP and LoadBalancer IP traffic"));
+        declare(rs, port_vmap(SERVICE_NODEPORTS, f, "NodePort traffic"));
+        declare(rs, addr_vmap(NO_ENDPOINT_SERVICES, f, "vmap to drop or reject packets to services with no endpoints"));
         declare(
-            b,
+            rs,
             port_vmap(
                 NO_ENDPOINT_NODEPORTS,
                 f,
                 "vmap to drop or reject packets to service nodeports with no endpoints",
             ),
         );
+        declare(rs, addr_vmap(FIREWALL_IPS, f, "destinations that are subject to LoadBalancerSourceRanges"));
         declare(
-            b,
+            rs,
             SetDecl::set(&family_name(HAIRPIN_ENDPOINTS, f), KeySpec::Type(vec![ip_type, ip_type]))
                 .with_comment("endpoints reaching themselves through a Service"),
         );
@@ -56,19 +71,33 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Ruleset)
     for ip in model.nodeport_ips() {
         let f = IpFamily::of(&ip);
         if families.contains(&f) {
-            let set = b.sets.get_mut(&family_name(NODEPORT_IPS, f)).expect("declared above");
-            std::sync::Arc::make_mut(&mut set.elements)
-                .insert(crate::rule::encode_concat(&[crate::rule::Value::Addr(ip)]), Elem::plain());
+            let set = rs.sets.get_mut(&family_name(NODEPORT_IPS, f)).expect("declared above");
+            std::sync::Arc::make_mut(&mut set.elements).insert(encode_concat(&[Value::Addr(ip)]), Elem::plain());
         }
     }
 
+    let new_jump = |to: &str| Rule::new(vec![ct_state_new(), jump(to)]);
     chain(
-        b,
+        rs,
+        Chain::base(
+            FILTER_PREROUTING_PRE_DNAT,
+            ChainKind::Filter,
+            Hook::Prerouting,
+            PRE_DNAT,
+            vec![new_jump(FIREWALL_CHECK)],
+        ),
+    );
+    chain(
+        rs,
+        Chain::base(FILTER_OUTPUT_PRE_DNAT, ChainKind::Filter, Hook::Output, PRE_DNAT, vec![new_jump(FIREWALL_CHECK)]),
+    );
+    chain(
+        rs,
         Chain::base(NAT_PREROUTING, ChainKind::Nat, Hook::Prerouting, DSTNAT, vec![Rule::new(vec![jump(SERVICES)])]),
     );
-    chain(b, Chain::base(NAT_OUTPUT, ChainKind::Nat, Hook::Output, DSTNAT, vec![Rule::new(vec![jump(SERVICES)])]));
+    chain(rs, Chain::base(NAT_OUTPUT, ChainKind::Nat, Hook::Output, DSTNAT, vec![Rule::new(vec![jump(SERVICES)])]));
     chain(
-        b,
+        rs,
         Chain::base(
             NAT_POSTROUTING,
             ChainKind::Nat,
@@ -77,50 +106,22 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Ruleset)
             vec![Rule::new(vec![jump(MASQUERADING)])],
         ),
     );
-    let new_jump = |chain: &str| Rule::new(vec![ct_state_new(), jump(chain)]);
-    chain(
-        b,
-        Chain::base(
-            FILTER_INPUT,
-            ChainKind::Filter,
-            Hook::Input,
-            FILTER,
-            vec![new_jump(NODEPORT_ENDPOINTS_CHECK), new_jump(SERVICE_ENDPOINTS_CHECK)],
-        ),
-    );
-    chain(
-        b,
-        Chain::base(
-            FILTER_FORWARD,
-            ChainKind::Filter,
-            Hook::Forward,
-            FILTER,
-            vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)],
-        ),
-    );
-    chain(
-        b,
-        Chain::base(
-            FILTER_OUTPUT,
-            ChainKind::Filter,
-            Hook::Output,
-            FILTER,
-            vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)],
-        ),
-    );
+    let input = vec![new_jump(NODEPORT_ENDPOINTS_CHECK), new_jump(SERVICE_ENDPOINTS_CHECK)];
+    chain(rs, Chain::base(FILTER_INPUT, ChainKind::Filter, Hook::Input, FILTER, input));
+    let forward = vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)];
+    chain(rs, Chain::base(FILTER_FORWARD, ChainKind::Filter, Hook::Forward, FILTER, forward));
+    let output = vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)];
+    chain(rs, Chain::base(FILTER_OUTPUT, ChainKind::Filter, Hook::Output, FILTER, output));
 
     let mut services = Vec::new();
     for &f in families {
         let to_cluster_ip = in_set(&[Selector::Daddr(f)], &family_name(CLUSTER_IPS, f));
         if model.config.masquerade_all {
-            services.push(
-                Rule::new(vec![to_cluster_ip, stmt(Stmt::MarkOr(mark))]).comment("masquerade all ClusterIP traffic"),
-            );
-        } else if let Some(cidr) = model.cluster_cidr(f) {
-            services.push(
-                Rule::new(vec![to_cluster_ip, in_net(Selector::Saddr(f), Op::Neq, cidr), stmt(Stmt::MarkOr(mark))])
-                    .comment("masquerade ClusterIP traffic from outside the cluster"),
-            );
+            let rule = Rule::new(vec![to_cluster_ip, stmt(Stmt::MarkOr(mark))]);
+            services.push(rule.comment("masquerade all ClusterIP traffic"));
+        } else if let Some(pod) = model.pod_match(f) {
+            let rule = Rule::new(vec![to_cluster_ip, pod_item(&pod, f, Op::Neq), stmt(Stmt::MarkOr(mark))]);
+            services.push(rule.comment("masquerade ClusterIP traffic from outside the cluster"));
         }
     }
     for &f in families {
@@ -132,7 +133,7 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Ruleset)
             vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(SERVICE_NODEPORTS, f)),
         ]));
     }
-    chain(b, Chain::regular(SERVICES, services));
+    chain(rs, Chain::regular(SERVICES, services));
 
     let mut masquerading = vec![Rule::new(vec![
         Item::Match(Match::Masked { left: Selector::Mark, mask: mark, op: Op::Neq, right: 0 }),
@@ -146,52 +147,41 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], b: &mut Ruleset)
             stmt(Stmt::Masquerade { fully_random: true }),
         ]));
     }
-    chain(b, Chain::regular(MASQUERADING, masquerading));
+    chain(rs, Chain::regular(MASQUERADING, masquerading));
 
-    chain(
-        b,
-        Chain::regular(
-            SERVICE_ENDPOINTS_CHECK,
-            families
-                .iter()
-                .map(|&f| Rule::new(vec![vmap(&addr_key(f), &family_name(NO_ENDPOINT_SERVICES, f))]))
-                .collect(),
-        ),
-    );
-    chain(
-        b,
-        Chain::regular(
-            NODEPORT_ENDPOINTS_CHECK,
-            families
-                .iter()
-                .map(|&f| {
-                    Rule::new(vec![
-                        in_set(&[Selector::Daddr(f)], &family_name(NODEPORT_IPS, f)),
-                        vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(NO_ENDPOINT_NODEPORTS, f)),
-                    ])
-                })
-                .collect(),
-        ),
-    );
-    chain(
-        b,
-        Chain::regular(
-            CLUSTER_IPS_CHECK,
-            families
-                .iter()
-                .map(|&f| {
-                    let reject = match f {
-                        IpFamily::V4 => Reject::Icmp,
-                        IpFamily::V6 => Reject::Icmpv6,
-                    };
-                    Rule::new(vec![
-                        in_set(&[Selector::Daddr(f)], &family_name(CLUSTER_IPS, f)),
-                        stmt(Stmt::Reject(reject)),
-                    ])
-                    .comment("reject traffic to invalid ports of ClusterIPs")
-                })
-                .collect(),
-        ),
-    );
-    chain(b, Chain::regular(REJECT_CHAIN, vec![Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))])]));
+    let vmaps = |set: &str| -> Vec<Rule> {
+        families.iter().map(|&f| Rule::new(vec![vmap(&addr_key(f), &family_name(set, f))])).collect()
+    };
+    chain(rs, Chain::regular(FIREWALL_CHECK, vmaps(FIREWALL_IPS)));
+    chain(rs, Chain::regular(SERVICE_ENDPOINTS_CHECK, vmaps(NO_ENDPOINT_SERVICES)));
+    let nodeport_checks = families
+        .iter()
+        .map(|&f| {
+            Rule::new(vec![
+                in_set(&[Selector::Daddr(f)], &family_name(NODEPORT_IPS, f)),
+                vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(NO_ENDPOINT_NODEPORTS, f)),
+            ])
+        })
+        .collect();
+    chain(rs, Chain::regular(NODEPORT_ENDPOINTS_CHECK, nodeport_checks));
+
+    let mut cluster_ips_check = Vec::new();
+    for &f in families {
+        let reject = match f {
+            IpFamily::V4 => Reject::Icmp,
+            IpFamily::V6 => Reject::Icmpv6,
+        };
+        let rule =
+            Rule::new(vec![in_set(&[Selector::Daddr(f)], &family_name(CLUSTER_IPS, f)), stmt(Stmt::Reject(reject))]);
+        cluster_ips_check.push(rule.comment("reject traffic to invalid ports of ClusterIPs"));
+    }
+    for cidr in model.service_cidrs.iter().filter(|c| families.contains(&c.family())) {
+        let rule = Rule::new(vec![
+            in_net(Selector::Daddr(cidr.family()), Op::Eq, *cidr),
+            verdict(crate::ruleset::Verdict::Drop),
+        ]);
+        cluster_ips_check.push(rule.comment("drop traffic to unallocated ClusterIPs"));
+    }
+    chain(rs, Chain::regular(CLUSTER_IPS_CHECK, cluster_ips_check));
+    chain(rs, Chain::regular(REJECT_CHAIN, vec![Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))])]));
 }

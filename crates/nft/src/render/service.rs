@@ -1,14 +1,22 @@
 //! What one Service port adds to the table, for one address family.
+//!
+//! Most Service ports use the shared layout: their addresses point at an endpoint-count class
+//! chain ([`Class`]) that DNATs through a shared hash map. A port whose traffic depends on the
+//! client (session affinity) or on where its endpoints run (a Local traffic policy) gets
+//! chains of its own in upstream's layout instead ([`super::own`]): those are rare, and their
+//! rules read exactly like upstream kube-proxy's.
 
 use super::names::{
-    CLUSTER_IPS, HAIRPIN_ENDPOINTS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, REJECT_CHAIN, SERVICE_IPS,
-    SERVICE_NODEPORTS, family_name,
+    CLUSTER_IPS, FIREWALL_IPS, HAIRPIN_ENDPOINTS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, REJECT_CHAIN,
+    SERVICE_IPS, SERVICE_NODEPORTS, family_name, service_chain,
 };
-use super::{Class, ClassKind, Sink};
-use crate::rule::{Value, encode_concat};
-use crate::ruleset::{Elem, Verdict};
+use super::{Class, ClassKind, Sink, own};
+use crate::rule::build::{in_net, is, verdict};
+use crate::rule::{Op, Rule, Selector, Value, encode_concat};
+use crate::ruleset::{Chain, Elem, Verdict};
+use std::net::IpAddr;
 use std::sync::Arc;
-use verdict_model::{EndpointTarget, IpFamily, ProxyModel, ServicePort};
+use verdict_model::{Cidr, EndpointSelection, EndpointTarget, IpFamily, ProxyModel, ServicePort};
 
 /// Sets whose elements several Service ports may add (a ClusterIP shared by a Service's
 /// ports, a pod backing several Services): the incremental table counts their references.
@@ -16,51 +24,166 @@ pub(crate) fn is_shared(set: &str) -> bool {
     set.starts_with(CLUSTER_IPS) || set.starts_with(HAIRPIN_ENDPOINTS)
 }
 
-/// Writes `port`'s share of the table for family `f`.
-pub(crate) fn render(_model: &ProxyModel, port: &ServicePort, f: IpFamily, sink: &mut impl Sink) {
-    // A Service exists in a family only if it has a ClusterIP of that family (as upstream's
-    // per-family proxiers see it): a single-stack Service's NodePort is not claimed for the
-    // other family.
-    let Some(cip) = port.cluster_ip(f) else { return };
-    let comment: Arc<str> = Arc::from(port.name.to_string());
-    let selection = port.selection(f);
-    let proto = Value::Proto(port.protocol().number());
-    let service_port = Value::Port(port.port);
+/// One Service port seen from one address family.
+pub(crate) struct PortView<'a> {
+    pub model: &'a ProxyModel,
+    pub port: &'a ServicePort,
+    pub family: IpFamily,
+    pub cluster_ip: IpAddr,
+    pub selection: &'a EndpointSelection,
+    /// `namespace/name:port`, the comment of every element the port adds.
+    pub comment: Arc<str>,
+}
 
-    sink.element(&family_name(CLUSTER_IPS, f), encode_concat(&[Value::Addr(cip)]), Elem::plain());
-    let address = [Value::Addr(cip), proto.clone(), service_port];
-    let endpoints = if port.internal_policy_local { &selection.local } else { &selection.cluster };
-    if endpoints.is_empty() {
-        let no_endpoints = Elem::verdict(reject(), Some(comment.clone()));
-        sink.element(&family_name(NO_ENDPOINT_SERVICES, f), encode_concat(&address), no_endpoints);
-    } else {
-        let chain = sink.class(Class { kind: ClassKind::Address, family: f, n: endpoints.len() });
-        let dispatch = Elem::verdict(Verdict::Goto(chain.clone()), Some(comment.clone()));
-        sink.element(&family_name(SERVICE_IPS, f), encode_concat(&address), dispatch);
-        fill_slots(sink, &chain, &address, endpoints, &comment);
+impl PortView<'_> {
+    pub fn proto(&self) -> Value {
+        Value::Proto(self.port.protocol().number())
     }
 
-    if let Some(node_port) = port.node_port {
-        let key = [proto, Value::Port(node_port)];
-        if selection.cluster.is_empty() {
-            let no_endpoints = Elem::verdict(reject(), Some(comment.clone()));
-            sink.element(&family_name(NO_ENDPOINT_NODEPORTS, f), encode_concat(&key), no_endpoints);
+    /// `addr . proto . port`: the key of a Service address in the address maps.
+    pub fn address_key(&self, addr: IpAddr) -> Vec<Value> {
+        vec![Value::Addr(addr), self.proto(), Value::Port(self.port.port)]
+    }
+
+    /// `proto . nodePort`: the key in the NodePort maps.
+    pub fn node_port_key(&self) -> Option<Vec<Value>> {
+        self.port.node_port.map(|np| vec![self.proto(), Value::Port(np)])
+    }
+
+    /// External IPs and load balancer IPs of this family.
+    pub fn external_addresses(&self) -> Vec<IpAddr> {
+        let mut addrs: Vec<IpAddr> =
+            self.port.external_ips.iter().chain(&self.port.load_balancer_ips).copied().collect();
+        addrs.retain(|a| IpFamily::of(a) == self.family);
+        addrs.sort();
+        addrs.dedup();
+        addrs
+    }
+
+    /// Whether traffic from outside reaches this port in this family (NodePort, external or
+    /// load balancer address).
+    pub fn is_external(&self) -> bool {
+        self.port.node_port.is_some() || !self.external_addresses().is_empty()
+    }
+
+    /// What traffic to an address of the port meets when the chosen policy has no endpoint:
+    /// `reject` when no endpoint serves anywhere, `drop` when only the Local policy's set is
+    /// empty (upstream's semantics), nothing when there are endpoints.
+    pub fn no_endpoint_verdict(&self, endpoints: &[EndpointTarget]) -> Option<Verdict> {
+        if !self.selection.has_any || self.selection.cluster.is_empty() {
+            Some(Verdict::Goto(Arc::from(REJECT_CHAIN)))
+        } else if endpoints.is_empty() {
+            Some(Verdict::Drop)
         } else {
-            let chain = sink.class(Class { kind: ClassKind::NodePort, family: f, n: selection.cluster.len() });
-            let dispatch = Elem::verdict(Verdict::Goto(chain.clone()), Some(comment.clone()));
-            sink.element(&family_name(SERVICE_NODEPORTS, f), encode_concat(&key), dispatch);
-            fill_slots(sink, &chain, &key, &selection.cluster, &comment);
+            None
         }
     }
 
-    let hairpin = family_name(HAIRPIN_ENDPOINTS, f);
-    for ep in selection.cluster.iter().chain(&selection.local) {
-        sink.element(&hairpin, encode_concat(&[Value::Addr(ep.addr), Value::Addr(ep.addr)]), Elem::plain());
+    pub fn element(&self, verdict: Verdict) -> Elem {
+        Elem::verdict(verdict, Some(self.comment.clone()))
+    }
+
+    /// Dispatches Service address `addr` to `verdict` (in `service-ips`).
+    pub fn dispatch_address(&self, sink: &mut impl Sink, addr: IpAddr, verdict: Verdict) {
+        sink.element(
+            &family_name(SERVICE_IPS, self.family),
+            encode_concat(&self.address_key(addr)),
+            self.element(verdict),
+        );
+    }
+
+    /// Dispatches the NodePort (if any) to `verdict` (in `service-nodeports`).
+    pub fn dispatch_node_port(&self, sink: &mut impl Sink, verdict: Verdict) {
+        if let Some(key) = self.node_port_key() {
+            sink.element(&family_name(SERVICE_NODEPORTS, self.family), encode_concat(&key), self.element(verdict));
+        }
+    }
+
+    /// Lets the filter chains drop or reject traffic to `addr` that was not DNATed.
+    pub fn block_address(&self, sink: &mut impl Sink, addr: IpAddr, verdict: Verdict) {
+        let set = family_name(NO_ENDPOINT_SERVICES, self.family);
+        sink.element(&set, encode_concat(&self.address_key(addr)), self.element(verdict));
+    }
+
+    /// Lets the filter chains drop or reject NodePort traffic that was not DNATed.
+    pub fn block_node_port(&self, sink: &mut impl Sink, verdict: Verdict) {
+        if let Some(key) = self.node_port_key() {
+            sink.element(&family_name(NO_ENDPOINT_NODEPORTS, self.family), encode_concat(&key), self.element(verdict));
+        }
     }
 }
 
-fn reject() -> Verdict {
-    Verdict::Goto(Arc::from(REJECT_CHAIN))
+/// Whether a port needs chains of its own: its endpoint choice depends on the client
+/// (affinity) or on the traffic's origin (a Local policy).
+pub(crate) fn needs_own_chains(port: &ServicePort) -> bool {
+    port.affinity_timeout.is_some()
+        || port.internal_policy_local
+        || (port.external_policy_local && port.externally_accessible())
+}
+
+/// Writes `port`'s share of the table for family `f`.
+pub(crate) fn render(model: &ProxyModel, port: &ServicePort, f: IpFamily, sink: &mut impl Sink) {
+    // A Service exists in a family only if it has a ClusterIP of that family (as upstream's
+    // per-family proxiers see it): a single-stack Service's NodePort is not claimed for the
+    // other family.
+    let Some(cluster_ip) = port.cluster_ip(f) else { return };
+    let view = PortView {
+        model,
+        port,
+        family: f,
+        cluster_ip,
+        selection: port.selection(f),
+        comment: Arc::from(port.name.to_string()),
+    };
+    sink.element(&family_name(CLUSTER_IPS, f), encode_concat(&[Value::Addr(cluster_ip)]), Elem::plain());
+    let hairpin = family_name(HAIRPIN_ENDPOINTS, f);
+    let mut endpoints: Vec<&EndpointTarget> = view.selection.cluster.iter().chain(&view.selection.local).collect();
+    endpoints.sort();
+    endpoints.dedup_by_key(|e| e.addr);
+    for ep in endpoints {
+        sink.element(&hairpin, encode_concat(&[Value::Addr(ep.addr), Value::Addr(ep.addr)]), Elem::plain());
+    }
+
+    if needs_own_chains(port) {
+        own::render(&view, sink);
+    } else {
+        render_shared(&view, sink);
+    }
+    render_firewall(&view, sink);
+}
+
+/// The shared layout: every address points at the class chain of its endpoint count, and the
+/// endpoints fill that class's map under the address's key.
+fn render_shared(view: &PortView, sink: &mut impl Sink) {
+    let endpoints = &view.selection.cluster;
+    let f = view.family;
+    let n = endpoints.len();
+    let plain = Class { kind: ClassKind::Address, family: f, n, masquerade: false };
+    let masq = Class { masquerade: true, ..plain };
+
+    let mut addresses = vec![(view.cluster_ip, plain)];
+    addresses.extend(view.external_addresses().into_iter().map(|a| (a, masq)));
+    for (addr, class) in addresses {
+        match view.no_endpoint_verdict(endpoints) {
+            Some(v) => view.block_address(sink, addr, v),
+            None => {
+                let chain = sink.class(class);
+                view.dispatch_address(sink, addr, Verdict::Goto(chain.clone()));
+                fill_slots(sink, &class.map().name(), &view.address_key(addr), endpoints, &view.comment);
+            }
+        }
+    }
+    if let Some(key) = view.node_port_key() {
+        match view.no_endpoint_verdict(endpoints) {
+            Some(v) => view.block_node_port(sink, v),
+            None => {
+                let class = Class { kind: ClassKind::NodePort, family: f, n, masquerade: true };
+                let chain = sink.class(class);
+                view.dispatch_node_port(sink, Verdict::Goto(chain));
+                fill_slots(sink, &class.map().name(), &key, endpoints, &view.comment);
+            }
+        }
+    }
 }
 
 /// One element per endpoint: `<prefix> . slot : addr . port`.
@@ -71,5 +194,35 @@ fn fill_slots(sink: &mut impl Sink, map: &str, prefix: &[Value], endpoints: &[En
         *key.last_mut().expect("slot") = Value::Int(slot as u32);
         let data = encode_concat(&[Value::Addr(ep.addr), Value::Port(ep.port)]);
         sink.element(map, encode_concat(&key), Elem::value(data, Some(comment.clone())));
+    }
+}
+
+/// `loadBalancerSourceRanges`: before DNAT, a new connection to a load balancer IP from a
+/// source outside the ranges is dropped. NodePorts and external IPs are not filtered (as
+/// upstream). When a range contains a node address, the load balancer IPs themselves are
+/// allowed as sources too (traffic hairpinned through the load balancer).
+fn render_firewall(view: &PortView, sink: &mut impl Sink) {
+    let f = view.family;
+    let mut lb_ips: Vec<IpAddr> =
+        view.port.load_balancer_ips.iter().filter(|a| IpFamily::of(a) == f).copied().collect();
+    lb_ips.sort();
+    lb_ips.dedup();
+    let ranges: Vec<Cidr> = view.port.source_ranges.iter().filter(|c| c.family() == f).copied().collect();
+    if lb_ips.is_empty() || ranges.is_empty() {
+        return;
+    }
+    let name = family_name(&service_chain("firewall", &view.port.name), f);
+    let node_addresses = view.model.node.addresses.iter().chain(&view.model.node.primary_ips);
+    let node_in_range = node_addresses.into_iter().any(|a| ranges.iter().any(|r| r.contains(a)));
+    let allow = |item| Rule::new(vec![item, verdict(Verdict::Return)]);
+    let mut rules: Vec<Rule> = ranges.iter().map(|r| allow(in_net(Selector::Saddr(f), Op::Eq, *r))).collect();
+    if node_in_range {
+        rules.extend(lb_ips.iter().map(|ip| allow(is(Selector::Saddr(f), Value::Addr(*ip)))));
+    }
+    rules.push(Rule::new(vec![verdict(Verdict::Drop)]).comment("source not in loadBalancerSourceRanges"));
+    sink.chain(Chain::regular(name.clone(), rules));
+    let target = Verdict::Goto(Arc::from(name.as_str()));
+    for ip in lb_ips {
+        sink.element(&family_name(FIREWALL_IPS, f), encode_concat(&view.address_key(ip)), view.element(target.clone()));
     }
 }

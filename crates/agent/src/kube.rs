@@ -1,0 +1,61 @@
+//! The Kubernetes client, and the Events verdict publishes about objects it cannot program.
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use std::path::Path;
+use verdict_controller::sync::ProblemNotice;
+use verdict_model::ObjectKind;
+
+/// A client from a kubeconfig, or the in-cluster configuration; `master` overrides the server.
+pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<kube::Client> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("using kubeconfig {}", path.display()))?
+        }
+        None => match master {
+            Some(m) => kube::Config::new(m.parse().with_context(|| format!("--master {m:?}"))?),
+            None => kube::Config::incluster().context("no --kubeconfig given and not running in a cluster")?,
+        },
+    };
+    if let Some(m) = master {
+        config.cluster_url = m.parse().with_context(|| format!("--master {m:?}"))?;
+    }
+    kube::Client::try_from(config).context("creating the Kubernetes client")
+}
+
+/// Publishes a Warning Event on each object whose problems change (once per change).
+pub async fn publish_events(client: kube::Client, node: String, mut rx: tokio::sync::mpsc::UnboundedReceiver<ProblemNotice>) {
+    let recorder = Recorder::new(client, Reporter { controller: "verdict".into(), instance: Some(node) });
+    while let Some(notice) = rx.recv().await {
+        let Some(first) = notice.problems.first() else { continue };
+        let (api_version, kind) = match notice.object.kind {
+            ObjectKind::Service => ("v1", "Service"),
+            ObjectKind::EndpointSlice => ("discovery.k8s.io/v1", "EndpointSlice"),
+            _ => continue,
+        };
+        let reference = ObjectReference {
+            api_version: Some(api_version.into()),
+            kind: Some(kind.into()),
+            namespace: Some(notice.object.namespace.clone()),
+            name: Some(notice.object.name.clone()),
+            ..ObjectReference::default()
+        };
+        let note: Vec<String> = notice.problems.iter().map(|p| p.message.clone()).collect();
+        let mut note = note.join("; ");
+        note.truncate(1000);
+        let event = Event {
+            type_: EventType::Warning,
+            reason: first.reason.to_string(),
+            note: Some(note),
+            action: "Programming".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            tracing::warn!("could not publish an Event on {}: {e}", notice.object);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The agent as a daemon (root only): endpoints, metrics, health, signals, cleanup.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use verdict_e2e::netns::Netns;
+use verdict_e2e::require_kernel;
+
+/// The agent process; killed on drop.
+struct Agent {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Agent {
+    fn start(ns: &Netns, manifests: &std::path::Path, extra: &[&str]) -> Agent {
+        let log = manifests.with_extension("log");
+        let file = std::fs::File::create(&log).unwrap();
+        let mut args = vec![
+            "netns".to_string(),
+            "exec".into(),
+            ns.name().into(),
+            env!("CARGO_BIN_EXE_verdict").into(),
+            "run".into(),
+            "--manifests".into(),
+            manifests.display().to_string(),
+            "--hostname-override".into(),
+            "node1".into(),
+            "--cluster-cidr".into(),
+            "10.244.0.0/16".into(),
+            "--metrics-bind-address".into(),
+            "127.0.0.1:10249".into(),
+            "--healthz-bind-address".into(),
+            "127.0.0.1:10256".into(),
+            "--min-sync-period".into(),
+            "100ms".into(),
+            "--sync-period".into(),
+            "1s".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Command::new("ip").args(&args).stdout(Stdio::null()).stderr(file).spawn().unwrap();
+        Agent { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn get(ns: &Netns, port: u16, path: &str) -> Option<(u16, String)> {
+    let path = path.to_string();
+    ns.run(move || {
+        let mut s = TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map(|x| x.1.to_string()).unwrap_or_default();
+        Some((code, body))
+    })
+}
+
+fn wait_for(what: &str, agent: &Agent, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}\nagent log:\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn manifests_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("verdict-daemon-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("node.yaml"),
+        "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\nstatus: {addresses: [{type: InternalIP, address: 192.168.50.11}]}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("svc.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: demo}\nspec: {clusterIP: 172.30.0.10, ports: [{name: http, port: 80}]}\n",
+    )
+    .unwrap();
+    write_slice(&dir, "10.244.1.10", None);
+    dir
+}
+
+fn write_slice(dir: &std::path::Path, ip: &str, trigger: Option<&str>) {
+    let annotations = trigger.map(|t| format!(", annotations: {{endpoints.kubernetes.io/last-change-trigger-time: \"{t}\"}}")).unwrap_or_default();
+    std::fs::write(
+        dir.join("slice.yaml"),
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-1, namespace: demo, labels: {{kubernetes.io/service-name: web}}{annotations}}}\naddressType: IPv4\nports: [{{name: http, port: 8080}}]\nendpoints: [{{addresses: [{ip}]}}]\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn now_rfc3339() -> String {
+    let out = Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%S.%NZ"]).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn table_lists(ns: &Netns, needle: &str) -> bool {
+    ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).map(|o| String::from_utf8_lossy(&o.stdout).contains(needle)).unwrap_or(false)
+}
+
+#[test]
+fn endpoints_metrics_signals_and_cleanup() {
+    require_kernel!();
+    let ns = Netns::new("daemon").unwrap();
+    let dir = manifests_dir("m");
+    let mut agent = Agent::start(&ns, &dir, &[]);
+    wait_for("the first sync", &agent, || table_lists(&ns, "10.244.1.10"));
+    assert_eq!(get(&ns, 10249, "/proxyMode"), Some((200, "nftables".into())));
+    wait_for("healthz 200", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
+    let (code, body) = get(&ns, 10256, "/livez").unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("\"healthy\":true") && body.contains("\"lastUpdated\""), "{body}");
+
+    // A changed file is reloaded; the slice's trigger time feeds network programming latency.
+    std::thread::sleep(Duration::from_millis(50));
+    write_slice(&dir, "10.244.1.11", Some(&now_rfc3339()));
+    wait_for("the reload", &agent, || table_lists(&ns, "10.244.1.11"));
+    let (_, metrics) = get(&ns, 10249, "/metrics").unwrap();
+    for name in [
+        "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_count",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count",
+        "kubeproxy_network_programming_duration_seconds_count",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        "kubeproxy_sync_proxy_rules_service_changes_total",
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+        "kubeproxy_proxy_healthz_total",
+        "kubeproxy_proxy_livez_total",
+        "verdict_sync_transaction_operations_count",
+        "verdict_sync_transaction_bytes_count",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}:\n{metrics}");
+    }
+    let count = |name: &str| -> f64 {
+        metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    };
+    assert!(count("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") >= 1.0, "{metrics}");
+    assert!(count("kubeproxy_network_programming_duration_seconds_count") >= 1.0, "{metrics}");
+    assert!(metrics.contains("kubeproxy_proxy_healthz_total{code=\"200\"}"), "{metrics}");
+
+    // SIGTERM: exit 0, rules stay.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = agent.child.wait().unwrap();
+    assert!(status.success(), "SIGTERM must exit 0: {status:?}\n{}", agent.log());
+    assert!(table_lists(&ns, "10.244.1.11"), "rules must stay after SIGTERM");
+
+    // --cleanup removes them.
+    let out = ns.exec(&[env!("CARGO_BIN_EXE_verdict"), "run", "--cleanup", "--hostname-override", "node1"]).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).unwrap().status.success(), "the table must be gone");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn healthz_fails_while_the_table_cannot_be_written_and_recovers() {
+    require_kernel!();
+    let ns = Netns::new("stuck").unwrap();
+    let dir = manifests_dir("s");
+    // Another program owns a table with our name: the kernel refuses our writes (EPERM).
+    let mut owner = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "nft", "-i"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    owner.stdin.as_mut().unwrap().write_all(b"add table inet kube-proxy { flags owner; }\n").unwrap();
+    owner.stdin.as_mut().unwrap().flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let agent = Agent::start(&ns, &dir, &[]);
+    // Health timeout is 2 x sync period = 2 s.
+    wait_for("healthz 503 while stuck", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 503));
+    let (code, body) = get(&ns, 10256, "/livez").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("\"healthy\":false"), "{body}");
+    let (_, metrics) = get(&ns, 10249, "/metrics").unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("kubeproxy_sync_proxy_rules_nftables_sync_failures_total") && !l.ends_with(" 0")),
+        "failures must be counted:\n{metrics}"
+    );
+    // The owner goes away (its table with it); the agent's retry succeeds.
+    drop(owner.stdin.take());
+    let _ = owner.wait();
+    wait_for("healthz 200 after recovery", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
+    assert!(table_lists(&ns, "10.244.1.10"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
