@@ -12,6 +12,7 @@ pub mod event;
 pub mod health;
 pub mod manifests;
 pub mod metrics;
+pub mod service_health;
 pub mod sync;
 pub mod translate;
 pub mod watch;

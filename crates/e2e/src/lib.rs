@@ -10,5 +10,6 @@ pub mod fixtures;
 pub mod netns;
 pub mod privilege;
 pub mod probe;
+pub mod scenario;
 pub mod synth;
 pub mod topology;

@@ -37,13 +37,26 @@ pub struct Reply {
     pub backend: String,
     /// The source address the backend saw.
     pub peer: IpAddr,
+    /// The source port the backend saw.
+    pub peer_port: u16,
+    /// The client's own address and port, when the probe knows them.
+    pub local: Option<SocketAddr>,
+}
+
+impl Reply {
+    /// Whether the backend saw another source than the client's: masquerading with
+    /// `fully-random` changes the port even when the address happens to stay the same (a node
+    /// reaching a remote endpoint through its own address).
+    pub fn masqueraded(&self) -> bool {
+        self.local.is_none_or(|l| l.ip() != self.peer || l.port() != self.peer_port)
+    }
 }
 
 /// Parses `<name> peer=<ip>:<port>`.
 pub fn parse_reply(line: &str) -> Option<Reply> {
     let (name, rest) = line.trim().split_once(" peer=")?;
-    let (ip, _port) = rest.rsplit_once(':')?;
-    Some(Reply { backend: name.to_string(), peer: ip.parse().ok()? })
+    let (ip, port) = rest.rsplit_once(':')?;
+    Some(Reply { backend: name.to_string(), peer: ip.parse().ok()?, peer_port: port.parse().ok()?, local: None })
 }
 
 fn classify(e: std::io::Error) -> Outcome {
@@ -58,38 +71,59 @@ fn classify(e: std::io::Error) -> Outcome {
     }
 }
 
-fn finish(text: std::io::Result<String>) -> Outcome {
+fn finish(text: std::io::Result<(String, SocketAddr)>) -> Outcome {
     match text {
-        Ok(t) => match parse_reply(&t) {
-            Some(r) => Outcome::Reply(r),
+        Ok((t, local)) => match parse_reply(&t) {
+            Some(r) => Outcome::Reply(Reply { local: Some(local), ..r }),
             None => Outcome::Other(format!("unexpected reply {t:?}")),
         },
         Err(e) => classify(e),
     }
 }
 
+fn unspecified(addr: &SocketAddr) -> IpAddr {
+    if addr.is_ipv4() { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u16; 8]) }
+}
+
 /// One TCP connection: connect, read the greeting.
 pub fn tcp(addr: SocketAddr, timeout: Duration) -> Outcome {
-    let mut s = match TcpStream::connect_timeout(&addr, timeout) {
-        Ok(s) => s,
-        Err(e) => return classify(e),
+    tcp_from(None, addr, timeout)
+}
+
+/// One TCP connection from source address `src` (or the one routing picks).
+pub fn tcp_from(src: Option<IpAddr>, addr: SocketAddr, timeout: Duration) -> Outcome {
+    let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
+    let run = || -> std::io::Result<(String, SocketAddr)> {
+        let s = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+        if let Some(src) = src {
+            s.bind(&SocketAddr::new(src, 0).into())?;
+        }
+        s.connect_timeout(&addr.into(), timeout)?;
+        let mut s: TcpStream = s.into();
+        let local = s.local_addr()?;
+        s.set_read_timeout(Some(timeout))?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok((text, local))
     };
-    let _ = s.set_read_timeout(Some(timeout));
-    let mut text = String::new();
-    finish(s.read_to_string(&mut text).map(|_| text))
+    finish(run())
 }
 
 /// One UDP exchange on a connected socket (so an ICMP error reads as refused).
 pub fn udp(addr: SocketAddr, timeout: Duration) -> Outcome {
-    let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
-    let run = || -> std::io::Result<String> {
-        let s = UdpSocket::bind(bind)?;
+    udp_from(None, addr, timeout)
+}
+
+/// One UDP exchange from source address `src` (or the one routing picks).
+pub fn udp_from(src: Option<IpAddr>, addr: SocketAddr, timeout: Duration) -> Outcome {
+    let run = || -> std::io::Result<(String, SocketAddr)> {
+        let s = UdpSocket::bind(SocketAddr::new(src.unwrap_or_else(|| unspecified(&addr)), 0))?;
         s.connect(addr)?;
         s.set_read_timeout(Some(timeout))?;
         s.send(b"q")?;
         let mut buf = [0u8; 512];
         let n = s.recv(&mut buf)?;
-        Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+        Ok((String::from_utf8_lossy(&buf[..n]).into_owned(), s.local_addr()?))
     };
     finish(run())
 }
@@ -101,15 +135,24 @@ pub fn sctp_available() -> bool {
 
 /// One SCTP association: connect, read the greeting.
 pub fn sctp(addr: SocketAddr, timeout: Duration) -> Outcome {
+    sctp_from(None, addr, timeout)
+}
+
+/// One SCTP association from source address `src` (or the one routing picks).
+pub fn sctp_from(src: Option<IpAddr>, addr: SocketAddr, timeout: Duration) -> Outcome {
     let domain = if addr.is_ipv4() { socket2::Domain::IPV4 } else { socket2::Domain::IPV6 };
-    let run = || -> std::io::Result<String> {
+    let run = || -> std::io::Result<(String, SocketAddr)> {
         let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::from(132)))?;
+        if let Some(src) = src {
+            s.bind(&SocketAddr::new(src, 0).into())?;
+        }
         s.connect_timeout(&addr.into(), timeout)?;
         s.set_read_timeout(Some(timeout))?;
         let mut buf = [0u8; 512];
         let n = (&s).read(&mut buf)?;
         let _ = (&s).write(b"bye");
-        Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+        let local = s.local_addr()?.as_socket().ok_or_else(|| std::io::Error::other("no local address"))?;
+        Ok((String::from_utf8_lossy(&buf[..n]).into_owned(), local))
     };
     finish(run())
 }

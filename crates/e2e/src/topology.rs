@@ -139,6 +139,12 @@ fn build_node(tag: &str, lan: &Netns, i: u8, count: u8, pod_names: &[&str], echo
     // so replies from a same-node backend are un-DNATed (see the harness reference).
     ns.sysctl("net.bridge.bridge-nf-call-iptables", "1")?;
     ns.sysctl("net.bridge.bridge-nf-call-ip6tables", "1")?;
+    // A client on the LAN reaching a Service address through the node is routed back out of
+    // the LAN port: the ICMP redirect the node would send first uses up the peer's ICMP rate
+    // budget, and the REJECT that follows is never sent. Nodes in real clusters sit behind
+    // routers, not beside their clients; here redirects are simply off.
+    ns.sysctl("net.ipv4.conf.all.send_redirects", "0")?;
+    ns.sysctl("net.ipv4.conf.default.send_redirects", "0")?;
     attach_to_lan(lan, &ns, &format!("x-n{i}"))?;
     let (ipv4, ipv6) = (node_v4(i), node_v6(i));
     ns.ip(&["addr", "add", &format!("{ipv4}/24"), "dev", "eth0"])?;

@@ -41,6 +41,12 @@ pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
 
     for (name, want) in &mut result.sets {
         match have.sets.get(name) {
+            // The packet path fills dynamic sets (client affinity): their elements are the
+            // kernel's, never a difference.
+            Some(old) if keeps(&old.decl, want) && want.decl.timeout.is_some() => {
+                want.decl.size = old.decl.size;
+                want.elements = Arc::clone(&old.elements);
+            }
             Some(old) if keeps(&old.decl, want) => {
                 want.decl.size = old.decl.size;
                 keep_slots(old, want);

@@ -37,7 +37,8 @@ impl Ruleset {
     /// Whether two rulesets program the same behaviour: equal except for set capacities
     /// (`size`, a sizing hint chosen at creation) and for which slot of an endpoint map holds
     /// which endpoint (the slot is chosen at random per connection, so only the multiset of a
-    /// Service's endpoints matters).
+    /// Service's endpoints matters), and for the elements of dynamic sets, which the packet
+    /// path fills.
     pub fn equivalent(&self, other: &Ruleset) -> bool {
         if self.table != other.table || self.chains != other.chains {
             return false;
@@ -46,7 +47,10 @@ impl Ruleset {
             return false;
         }
         self.sets.iter().zip(other.sets.iter()).all(|((na, a), (nb, b))| {
-            na == nb && a.decl.same_except_size(&b.decl) && a.canonical_elements() == b.canonical_elements()
+            let dynamic = a.decl.timeout.is_some();
+            na == nb
+                && a.decl.same_except_size(&b.decl)
+                && (dynamic || a.canonical_elements() == b.canonical_elements())
         })
     }
 }

@@ -1,0 +1,93 @@
+//! One cleanup pass over both families.
+
+use crate::entry::Family;
+use crate::error::ConntrackError;
+use crate::socket::Conntrack;
+use crate::stale::{UdpTarget, stale_entries};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// What one [`reconcile`] pass did, for the caller's `kubeproxy_conntrack_reconciler_*` metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Entries the kernel deleted (entries that vanished in the meantime are not counted).
+    pub deleted: usize,
+    /// UDP entries listed and checked.
+    pub examined: usize,
+    /// Wall-clock time of the pass.
+    pub duration: Duration,
+}
+
+/// Lists the UDP entries of each family and deletes the stale ones ([`stale_entries`]).
+///
+/// A family is not listed at all when no target with serving endpoints could match an entry
+/// of it (no Service address of that family, and no NodePort with a node address of that
+/// family), so a single-stack node never dumps the other family's table and an empty
+/// `targets` costs nothing. The first error stops the pass; entries already deleted stay
+/// deleted.
+pub fn reconcile(ct: &mut Conntrack, targets: &[UdpTarget], node_addresses: &[IpAddr]) -> Result<Report, ConntrackError> {
+    let start = Instant::now();
+    let mut report = Report::default();
+    for family in Family::ALL {
+        if !relevant(family, targets, node_addresses) {
+            continue;
+        }
+        let entries = ct.udp_entries(family)?;
+        report.examined += entries.len();
+        let stale = stale_entries(&entries, targets, node_addresses);
+        if !stale.is_empty() {
+            report.deleted += ct.delete_all(stale.into_iter())?;
+        }
+    }
+    report.duration = start.elapsed();
+    Ok(report)
+}
+
+/// Whether an entry of this family could be stale for one of the targets.
+fn relevant(family: Family, targets: &[UdpTarget], node_addresses: &[IpAddr]) -> bool {
+    let of_family = |a: &IpAddr| Family::of(&a.to_canonical()) == family;
+    let node_address = node_addresses.iter().any(of_family);
+    targets.iter().filter(|t| !t.serving_endpoints.is_empty()).any(|t| {
+        t.addresses.iter().any(of_family) || (node_address && t.node_port.is_some_and(|p| p != 0))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(addresses: &[&str], node_port: Option<u16>, serving: &[&str]) -> UdpTarget {
+        UdpTarget {
+            addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
+            port: 53,
+            node_port,
+            serving_endpoints: serving.iter().map(|a| a.parse().unwrap()).collect(),
+        }
+    }
+
+    fn ips(a: &[&str]) -> Vec<IpAddr> {
+        a.iter().map(|a| a.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn only_families_with_a_possible_match_are_listed() {
+        let v4 = [target(&["10.96.0.10"], None, &["10.244.0.5"])];
+        assert!(relevant(Family::V4, &v4, &[]));
+        assert!(!relevant(Family::V6, &v4, &[]));
+
+        let v6 = [target(&["fd00:96::10"], None, &["fd00:244::5"])];
+        assert!(!relevant(Family::V4, &v6, &ips(&["10.0.0.1"])));
+        assert!(relevant(Family::V6, &v6, &[]));
+
+        // A NodePort makes a family relevant through the node's addresses of that family.
+        let np = [target(&["10.96.0.10"], Some(30053), &["10.244.0.5"])];
+        assert!(!relevant(Family::V6, &np, &ips(&["10.0.0.1"])));
+        assert!(relevant(Family::V6, &np, &ips(&["10.0.0.1", "fd00::1"])));
+
+        // Targets without serving endpoints select nothing, so they list nothing.
+        let none = [target(&["10.96.0.10", "fd00:96::10"], Some(30053), &[])];
+        assert!(!relevant(Family::V4, &none, &ips(&["10.0.0.1", "fd00::1"])));
+        assert!(!relevant(Family::V6, &none, &ips(&["10.0.0.1", "fd00::1"])));
+        assert!(!relevant(Family::V4, &[], &ips(&["10.0.0.1"])));
+    }
+}

@@ -1,0 +1,245 @@
+//! Where a new connection ends, computed from a [`Ruleset`]: the same table verdict programs.
+//!
+//! The packet walks the table's base chains hook by hook, as the kernel runs them for the
+//! first packet of a connection: prerouting (or output, for a connection the node itself
+//! opens), then input or forward (after DNAT, by whether the destination is a node address),
+//! then postrouting. Every rule is evaluated with the semantics of the kernel expressions it
+//! lowers to; random choices (`numgen`) follow every branch, so the answer lists every endpoint
+//! the connection may reach. The interpreter knows every rule shape verdict writes, which is
+//! all [`crate::rule`] can express.
+
+mod eval;
+
+use crate::ruleset::{ChainKind, Hook, Ruleset};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use verdict_model::Protocol;
+
+/// The first packet of a connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packet {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Transport protocol.
+    pub protocol: Protocol,
+    /// Destination port.
+    pub dport: u16,
+    /// The interface it arrives on (`iifname` matches), when known.
+    pub in_interface: Option<String>,
+}
+
+/// What the node knows about itself.
+#[derive(Clone, Debug, Default)]
+pub struct Host {
+    /// The node's own addresses: `fib ... type local`, and the sources of connections the node
+    /// opens itself.
+    pub local_addresses: Vec<IpAddr>,
+}
+
+impl Host {
+    fn is_local(&self, addr: &IpAddr) -> bool {
+        self.local_addresses.contains(addr)
+    }
+}
+
+/// How one possible path of the connection ends.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fate {
+    /// Dropped (no answer; the client times out).
+    Drop,
+    /// Rejected (the client gets an ICMP error: "connection refused").
+    Reject,
+    /// Let through: to `dnat` if it was translated (to the original destination if not), with
+    /// its source masqueraded or kept.
+    Pass {
+        /// The endpoint it was DNATed to.
+        dnat: Option<SocketAddr>,
+        /// Whether the source is masqueraded at postrouting.
+        masquerade: bool,
+    },
+}
+
+/// One possible path: how it ends and what it went through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Branch {
+    /// How it ends.
+    pub fate: Fate,
+    /// The rules that acted and the map entries they used, in order.
+    pub trace: Vec<String>,
+}
+
+/// Where a packet may end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Explanation {
+    /// The packet.
+    pub packet: Packet,
+    /// Whether the node opened the connection (output path) or it arrived (prerouting path).
+    pub from_node: bool,
+    /// Every possible path (several when an endpoint is picked at random).
+    pub branches: Vec<Branch>,
+}
+
+/// The answer in short, the way upstream kube-proxy's tests state expectations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Summary {
+    /// Every path is dropped.
+    Drop,
+    /// Every path is rejected.
+    Reject,
+    /// DNATed to one of these endpoints; `masquerade` lists whether each path is masqueraded.
+    Endpoints {
+        /// The endpoints the connection may reach.
+        endpoints: BTreeSet<SocketAddr>,
+        /// Masquerading per endpoint path: all the same in every case but hairpin.
+        masquerade: BTreeSet<bool>,
+    },
+    /// Not translated: the table lets it through as it is.
+    NotHandled {
+        /// Whether it is masqueraded anyway.
+        masquerade: bool,
+    },
+    /// Paths end differently (not something verdict writes).
+    Mixed(BTreeSet<Fate>),
+}
+
+impl Explanation {
+    /// The distinct fates.
+    pub fn fates(&self) -> BTreeSet<Fate> {
+        self.branches.iter().map(|b| b.fate.clone()).collect()
+    }
+
+    /// The answer in short.
+    pub fn summary(&self) -> Summary {
+        let fates = self.fates();
+        if fates.iter().all(|f| *f == Fate::Drop) {
+            return Summary::Drop;
+        }
+        if fates.iter().all(|f| *f == Fate::Reject) {
+            return Summary::Reject;
+        }
+        let mut endpoints = BTreeSet::new();
+        let mut masquerade = BTreeSet::new();
+        let mut untranslated = BTreeSet::new();
+        for fate in &fates {
+            match fate {
+                Fate::Pass { dnat: Some(ep), masquerade: m } => {
+                    endpoints.insert(*ep);
+                    masquerade.insert(*m);
+                }
+                Fate::Pass { dnat: None, masquerade: m } => {
+                    untranslated.insert(*m);
+                }
+                _ => return Summary::Mixed(fates),
+            }
+        }
+        match (endpoints.is_empty(), untranslated.len()) {
+            (false, 0) => Summary::Endpoints { endpoints, masquerade },
+            (true, 1) => Summary::NotHandled { masquerade: untranslated.into_iter().next().expect("one") },
+            _ => Summary::Mixed(fates),
+        }
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Summary::Drop => f.write_str("DROP"),
+            Summary::Reject => f.write_str("REJECT"),
+            Summary::Endpoints { endpoints, masquerade } => {
+                let eps: Vec<String> = endpoints.iter().map(|e| e.to_string()).collect();
+                let masq = match (masquerade.contains(&true), masquerade.contains(&false)) {
+                    (true, false) => "masqueraded",
+                    (false, _) => "source kept",
+                    (true, true) => "masqueraded when the endpoint is the client itself",
+                };
+                write!(f, "DNAT to {} ({masq})", eps.join(", "))
+            }
+            Summary::NotHandled { masquerade: false } => f.write_str("not handled (passes unchanged)"),
+            Summary::NotHandled { masquerade: true } => f.write_str("not handled (passes, masqueraded)"),
+            Summary::Mixed(fates) => write!(f, "mixed: {fates:?}"),
+        }
+    }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &self.packet;
+        let origin = if self.from_node { "opened by the node (output path)" } else { "arriving (prerouting path)" };
+        writeln!(f, "packet: {} -> {}/{} {origin}", p.src, SocketAddr::new(p.dst, p.dport), p.protocol.lower())?;
+        writeln!(f, "result: {}", self.summary())?;
+        let mut seen = BTreeSet::new();
+        for (i, branch) in self.branches.iter().enumerate() {
+            if !seen.insert(&branch.trace) {
+                continue;
+            }
+            if self.branches.len() > 1 {
+                writeln!(f, "path {}:", i + 1)?;
+            } else {
+                writeln!(f, "path:")?;
+            }
+            for step in &branch.trace {
+                writeln!(f, "  {step}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Explains where `packet` ends in `rs` on `host`.
+pub fn explain(rs: &Ruleset, packet: &Packet, host: &Host) -> Explanation {
+    let from_node = host.is_local(&packet.src);
+    let first = if from_node { Hook::Output } else { Hook::Prerouting };
+    let mut live = vec![eval::State::new(packet)];
+    let mut done = Vec::new();
+    let evaluator = eval::Evaluator { rs, host, packet };
+    let run_hook = |hook: Hook, states: Vec<eval::State>, done: &mut Vec<Branch>| -> Vec<eval::State> {
+        let mut states = states;
+        for chain in base_chains(rs, hook) {
+            let mut next = Vec::new();
+            for st in states {
+                for (st, end) in evaluator.base_chain(chain, st) {
+                    match end {
+                        eval::End::Drop => done.push(Branch { fate: Fate::Drop, trace: st.trace }),
+                        eval::End::Reject => done.push(Branch { fate: Fate::Reject, trace: st.trace }),
+                        eval::End::Pass => next.push(st),
+                    }
+                }
+            }
+            states = next;
+        }
+        states
+    };
+    live = run_hook(first, live, &mut done);
+    if !from_node {
+        // Routing after DNAT: to the node itself, or on.
+        let (to_node, forwarded): (Vec<_>, Vec<_>) = live.into_iter().partition(|st| host.is_local(&st.daddr));
+        let mut after = run_hook(Hook::Input, to_node, &mut done);
+        after.extend(run_hook(Hook::Forward, forwarded, &mut done));
+        live = after;
+    }
+    live = run_hook(Hook::Postrouting, live, &mut done);
+    for st in live {
+        let fate = Fate::Pass { dnat: st.dnat, masquerade: st.masquerade };
+        done.push(Branch { fate, trace: st.trace });
+    }
+    Explanation { packet: packet.clone(), from_node, branches: done }
+}
+
+/// The table's base chains on `hook`, in priority order (filter before nat at equal priority
+/// does not occur in verdict's table).
+fn base_chains(rs: &Ruleset, hook: Hook) -> Vec<&str> {
+    let mut chains: Vec<(i32, u8, &str)> = rs
+        .chains
+        .values()
+        .filter_map(|c| {
+            let b = c.base.as_ref()?;
+            let kind_order = if b.kind == ChainKind::Nat { 1 } else { 0 };
+            (b.hook == hook).then_some((b.priority, kind_order, c.name.as_str()))
+        })
+        .collect();
+    chains.sort();
+    chains.into_iter().map(|c| c.2).collect()
+}
