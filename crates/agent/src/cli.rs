@@ -35,6 +35,10 @@ pub enum Command {
     Render(RenderArgs),
     /// Delete verdict's table.
     Cleanup(CleanupArgs),
+    /// Say where a new connection ends in the table `run` would program (endpoints it may
+    /// reach, masqueraded or not, DROP, REJECT, not handled) and which rules and map entries
+    /// decide it. No root, no kernel.
+    Explain(ExplainArgs),
 }
 
 /// Flags that shape the rules, shared by `run` and `render` (kube-proxy's names).
@@ -60,6 +64,20 @@ pub struct RulesArgs {
     /// The nftables table (family inet) verdict owns (default `kube-proxy`).
     #[arg(long, value_name = "NAME")]
     pub table: Option<String>,
+    /// How traffic from pods is recognised: ClusterCIDR (default), NodeCIDR (the Node's
+    /// podCIDRs), BridgeInterface or InterfaceNamePrefix.
+    #[arg(long, value_name = "MODE")]
+    pub detect_local_mode: Option<String>,
+    /// The pods' bridge, for `--detect-local-mode=BridgeInterface`.
+    #[arg(long, value_name = "NAME")]
+    pub pod_bridge_interface: Option<String>,
+    /// The prefix of pod interface names, for `--detect-local-mode=InterfaceNamePrefix`.
+    #[arg(long, value_name = "PREFIX")]
+    pub pod_interface_name_prefix: Option<String>,
+    /// The Service ClusterIP range(s), like kube-apiserver's flag: traffic to unallocated
+    /// addresses in them is dropped (networking.k8s.io/v1 ServiceCIDR objects add to these).
+    #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
+    pub service_cluster_ip_range: Vec<String>,
 }
 
 /// `verdict run`.
@@ -84,6 +102,11 @@ pub struct RunArgs {
     /// Remove verdict's table (and kube-proxy's) and exit.
     #[arg(long)]
     pub cleanup: bool,
+    /// At start, remove what upstream kube-proxy left behind in any mode (iptables KUBE-*
+    /// chains, the `ip`/`ip6 kube-proxy` tables, IPVS state), as kube-proxy does when it
+    /// switches modes.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cleanup_leftovers: bool,
     /// Where `/metrics` and `/proxyMode` are served (default 127.0.0.1:10249; empty: off).
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_bind_address: Option<String>,
@@ -118,4 +141,28 @@ pub struct CleanupArgs {
     /// The nftables table (family inet) to delete.
     #[arg(long, value_name = "NAME", default_value = verdict_nft::ruleset::DEFAULT_TABLE)]
     pub table: String,
+}
+
+/// `verdict explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The manifests directory.
+    #[arg(long, value_name = "DIR")]
+    pub manifests: PathBuf,
+    /// The client's address (one of the node's own addresses: a connection the node opens).
+    #[arg(long, value_name = "IP")]
+    pub src: String,
+    /// The destination: `IP:PORT`, `[IPv6]:PORT`, with `/tcp` (default), `/udp` or `/sctp`.
+    #[arg(long, value_name = "IP:PORT[/PROTO]")]
+    pub dst: String,
+    /// The interface the packet arrives on (for the BridgeInterface and InterfaceNamePrefix
+    /// detect-local modes).
+    #[arg(long, value_name = "NAME")]
+    pub in_interface: Option<String>,
+    /// More addresses of the node, besides its Node object's (`fib ... type local`).
+    #[arg(long, value_name = "IP,...", value_delimiter = ',')]
+    pub node_address: Vec<String>,
+    /// Rule flags.
+    #[command(flatten)]
+    pub rules: RulesArgs,
 }

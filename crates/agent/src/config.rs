@@ -6,7 +6,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use verdict_model::{Cidr, NodePortAddresses, ProxyConfig};
+use verdict_model::{Cidr, DetectLocal, NodePortAddresses, ProxyConfig};
 
 /// Invalid configuration (exit code 64).
 #[derive(Debug)]
@@ -39,6 +39,15 @@ pub struct KubeProxyConfiguration {
     client_connection: Option<ClientConnection>,
     mode: Option<String>,
     nftables: Option<NftablesSection>,
+    detect_local_mode: Option<String>,
+    detect_local: Option<DetectLocalSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DetectLocalSection {
+    bridge_interface: Option<String>,
+    interface_name_prefix: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -191,6 +200,12 @@ impl RulesConfig {
         if table.is_empty() || table.len() > 200 || !table.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return Err(bad(format!("--table {table:?} is not a valid nftables table name")));
         }
+        let detect_local = detect_local(args, file)?;
+        let mut service_cidrs = Vec::new();
+        for raw in args.service_cluster_ip_range.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            service_cidrs
+                .push(Cidr::parse_tolerant(raw).ok_or_else(|| bad(format!("--service-cluster-ip-range {raw:?} is not a CIDR")))?);
+        }
         Ok(RulesConfig {
             node_name,
             proxy: ProxyConfig {
@@ -198,11 +213,38 @@ impl RulesConfig {
                 nodeport_addresses,
                 masquerade_all: args.masquerade_all || nft.and_then(|n| n.masquerade_all).unwrap_or(false),
                 masquerade_bit: bit as u8,
-                ..ProxyConfig::default()
+                detect_local,
+                service_cidrs,
             },
             table,
         })
     }
+}
+
+/// `--detect-local-mode` and its companions (flags over the file), checked.
+fn detect_local(args: &RulesArgs, file: &KubeProxyConfiguration) -> Result<DetectLocal, ConfigError> {
+    let section = file.detect_local.as_ref();
+    let mode = args.detect_local_mode.clone().or_else(|| file.detect_local_mode.clone()).unwrap_or_default();
+    let bridge = args.pod_bridge_interface.clone().or_else(|| section.and_then(|d| d.bridge_interface.clone()));
+    let prefix = args.pod_interface_name_prefix.clone().or_else(|| section.and_then(|d| d.interface_name_prefix.clone()));
+    let named = |value: Option<String>, flag: &str| -> Result<String, ConfigError> {
+        match value.map(|v| v.trim().to_string()) {
+            Some(v) if !v.is_empty() && v.len() < 16 => Ok(v),
+            Some(v) if !v.is_empty() => Err(bad(format!("{flag} {v:?} is longer than an interface name (15 bytes)"))),
+            _ => Err(bad(format!("--detect-local-mode={mode} needs {flag}"))),
+        }
+    };
+    Ok(match mode.trim() {
+        "" | "ClusterCIDR" => DetectLocal::ClusterCidr,
+        "NodeCIDR" => DetectLocal::NodeCidr,
+        "BridgeInterface" => DetectLocal::BridgeInterface(named(bridge, "--pod-bridge-interface")?),
+        "InterfaceNamePrefix" => DetectLocal::InterfaceNamePrefix(named(prefix, "--pod-interface-name-prefix")?),
+        other => {
+            return Err(bad(format!(
+                "--detect-local-mode {other:?} is not one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix"
+            )));
+        }
+    })
 }
 
 /// Where the agent's objects come from.
@@ -230,6 +272,8 @@ pub struct RunConfig {
     pub once: bool,
     /// Clean up and exit.
     pub cleanup: bool,
+    /// Remove upstream kube-proxy's leftovers at start.
+    pub cleanup_leftovers: bool,
     /// `/metrics`, `/proxyMode`.
     pub metrics_addr: Option<SocketAddr>,
     /// `/healthz`, `/livez`.
@@ -313,6 +357,7 @@ impl RunConfig {
             source,
             once: args.once,
             cleanup: args.cleanup,
+            cleanup_leftovers: args.cleanup_leftovers,
             metrics_addr: bind_address("metrics-bind-address", &metrics, 10249)?,
             healthz_addr: bind_address("healthz-bind-address", &healthz, 10256)?,
             min_sync_period,

@@ -57,6 +57,10 @@ fn main() -> ExitCode {
             Err(e) => return usage(e),
         },
         Command::Cleanup(args) => commands::cleanup::run(args),
+        Command::Explain(args) => match config::RulesConfig::from_args(&args.rules) {
+            Ok(cfg) => commands::explain::run(args, &cfg),
+            Err(e) => return usage(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,7 +11,7 @@ pub enum Operation {
     /// Opening the ctnetlink socket.
     Open,
     /// Listing (dumping) a family's conntrack entries.
-    Dump(super::Family),
+    Dump(crate::entry::Family),
     /// Deleting conntrack entries.
     Delete,
 }
@@ -61,9 +61,9 @@ impl ConntrackError {
     /// The operation that failed.
     pub fn operation(&self) -> Operation {
         match self {
-            ConntrackError::Socket { op, .. } | ConntrackError::Kernel { op, .. } | ConntrackError::Malformed { op, .. } => {
-                *op
-            }
+            ConntrackError::Socket { op, .. }
+            | ConntrackError::Kernel { op, .. }
+            | ConntrackError::Malformed { op, .. } => *op,
         }
     }
 

@@ -25,7 +25,11 @@ pub struct Report {
 /// family), so a single-stack node never dumps the other family's table and an empty
 /// `targets` costs nothing. The first error stops the pass; entries already deleted stay
 /// deleted.
-pub fn reconcile(ct: &mut Conntrack, targets: &[UdpTarget], node_addresses: &[IpAddr]) -> Result<Report, ConntrackError> {
+pub fn reconcile(
+    ct: &mut Conntrack,
+    targets: &[UdpTarget],
+    node_addresses: &[IpAddr],
+) -> Result<Report, ConntrackError> {
     let start = Instant::now();
     let mut report = Report::default();
     for family in Family::ALL {
@@ -47,9 +51,10 @@ pub fn reconcile(ct: &mut Conntrack, targets: &[UdpTarget], node_addresses: &[Ip
 fn relevant(family: Family, targets: &[UdpTarget], node_addresses: &[IpAddr]) -> bool {
     let of_family = |a: &IpAddr| Family::of(&a.to_canonical()) == family;
     let node_address = node_addresses.iter().any(of_family);
-    targets.iter().filter(|t| !t.serving_endpoints.is_empty()).any(|t| {
-        t.addresses.iter().any(of_family) || (node_address && t.node_port.is_some_and(|p| p != 0))
-    })
+    targets
+        .iter()
+        .filter(|t| !t.serving_endpoints.is_empty())
+        .any(|t| t.addresses.iter().any(of_family) || (node_address && t.node_port.is_some_and(|p| p != 0)))
 }
 
 #[cfg(test)]

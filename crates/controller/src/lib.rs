@@ -7,6 +7,7 @@
 //!  manifests dir ─┘                                    └─> health, metrics, problem notices (Events)
 //! ```
 
+pub mod conntrack;
 pub mod dir;
 pub mod event;
 pub mod health;

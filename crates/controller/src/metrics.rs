@@ -27,6 +27,12 @@ pub const SYNC_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_sync_failur
 pub const HEALTHZ_TOTAL: &str = "kubeproxy_proxy_healthz_total";
 /// `/livez` answers by code (counter).
 pub const LIVEZ_TOTAL: &str = "kubeproxy_proxy_livez_total";
+/// Service ports whose Local policy finds no local endpoint, by `traffic_policy` (gauge).
+pub const NO_LOCAL_ENDPOINTS: &str = "kubeproxy_sync_proxy_rules_no_local_endpoints_total";
+/// Conntrack reconciliations after UDP endpoint changes (histogram, seconds).
+pub const CONNTRACK_DURATION: &str = "kubeproxy_conntrack_reconciler_sync_duration_seconds";
+/// Stale UDP conntrack entries deleted (counter).
+pub const CONNTRACK_DELETED: &str = "kubeproxy_conntrack_reconciler_deleted_entries_total";
 /// Kernel objects written per sync (histogram).
 pub const TX_OPERATIONS: &str = "verdict_sync_transaction_operations";
 /// Bytes sent per sync (histogram).
@@ -83,10 +89,13 @@ pub fn describe() {
     describe_histogram!(TX_BYTES, metrics::Unit::Bytes, "Bytes sent by each nftables transaction");
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
+    describe_gauge!(NO_LOCAL_ENDPOINTS, "Number of services with a Local traffic policy and no endpoints");
+    describe_histogram!(CONNTRACK_DURATION, metrics::Unit::Seconds, "ReconcileConntrackFlowsLatency latency in seconds");
+    describe_counter!(CONNTRACK_DELETED, "Cumulative conntrack flows deleted by conntrack reconciler");
 
     // Every series exists from the start (at zero), as in upstream's registry, so dashboards
     // and alerts see them before the first event.
-    for c in [ENDPOINT_CHANGES_TOTAL, SERVICE_CHANGES_TOTAL, SYNC_FAILURES] {
+    for c in [ENDPOINT_CHANGES_TOTAL, SERVICE_CHANGES_TOTAL, SYNC_FAILURES, CONNTRACK_DELETED] {
         metrics::counter!(c).increment(0);
     }
     for c in [HEALTHZ_TOTAL, LIVEZ_TOTAL] {
@@ -97,7 +106,19 @@ pub fn describe() {
     for g in [LAST_TIMESTAMP, LAST_QUEUED, ENDPOINT_CHANGES_PENDING, SERVICE_CHANGES_PENDING] {
         metrics::gauge!(g).set(0.0);
     }
-    for h in [SYNC_DURATION, SYNC_FULL_DURATION, SYNC_PARTIAL_DURATION, NETWORK_PROGRAMMING, TX_OPERATIONS, TX_BYTES, RENDERED_PORTS] {
+    for policy in ["internal", "external"] {
+        metrics::gauge!(NO_LOCAL_ENDPOINTS, "traffic_policy" => policy).set(0.0);
+    }
+    for h in [
+        SYNC_DURATION,
+        SYNC_FULL_DURATION,
+        SYNC_PARTIAL_DURATION,
+        NETWORK_PROGRAMMING,
+        TX_OPERATIONS,
+        TX_BYTES,
+        RENDERED_PORTS,
+        CONNTRACK_DURATION,
+    ] {
         let _ = metrics::histogram!(h);
     }
 }

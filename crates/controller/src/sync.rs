@@ -91,6 +91,14 @@ pub enum SyncError {
 
 type Key = (String, String);
 
+/// Work that follows every successful sync and must see the model as programmed
+/// (health-check listeners, stale conntrack entries).
+pub trait AfterSync: Send {
+    /// Called after a successful sync; `changes` are the Service ports it re-rendered (all of
+    /// them after a full sync, when `full` is set).
+    fn after_sync(&mut self, model: &verdict_model::ProxyModel, full: bool, changes: &[verdict_model::PortChange]);
+}
+
 /// The sync loop's state.
 pub struct SyncLoop {
     cfg: SyncConfig,
@@ -116,6 +124,7 @@ pub struct SyncLoop {
     reasons: HashSet<&'static str>,
     reports: Option<Sender<SyncReport>>,
     notices: Option<Box<dyn Fn(ProblemNotice) + Send>>,
+    after: Vec<Box<dyn AfterSync>>,
 }
 
 fn unix_now() -> f64 {
@@ -150,7 +159,14 @@ impl SyncLoop {
             reasons: HashSet::new(),
             reports: None,
             notices: None,
+            after: Vec::new(),
         }
+    }
+
+    /// Runs `work` after every successful sync.
+    pub fn with_after_sync(mut self, work: impl AfterSync + 'static) -> SyncLoop {
+        self.after.push(Box::new(work));
+        self
     }
 
     /// Sends a report after every sync.
@@ -384,7 +400,13 @@ impl SyncLoop {
         let now = Instant::now();
         self.last_sync_end = Some(now);
         match outcome {
-            Ok(()) => self.succeeded(&mut report, now),
+            Ok(()) => {
+                self.succeeded(&mut report, now);
+                let model = self.cache.model();
+                for work in &mut self.after {
+                    work.after_sync(model, full, &rebuilt.changes);
+                }
+            }
             Err(e) => {
                 metrics::counter!(m::SYNC_FAILURES).increment(1);
                 tracing::error!(full, "sync failed; a full reconcile follows in {:?}: {e}", self.backoff);
@@ -417,6 +439,9 @@ impl SyncLoop {
             report.programming_latency.push(latency);
         }
         metrics::gauge!(m::LAST_TIMESTAMP).set(unix_now());
+        let (internal, external) = self.cache.model().no_local_endpoints();
+        metrics::gauge!(m::NO_LOCAL_ENDPOINTS, "traffic_policy" => "internal").set(internal as f64);
+        metrics::gauge!(m::NO_LOCAL_ENDPOINTS, "traffic_policy" => "external").set(external as f64);
         metrics::gauge!(m::SERVICE_CHANGES_PENDING).set(0.0);
         metrics::gauge!(m::ENDPOINT_CHANGES_PENDING).set(0.0);
         self.pending_service_changes = 0;

@@ -497,6 +497,61 @@ fn s38_client_ip_affinity_sticks_until_the_timeout() {
     panic!("after 16 timeouts the client still always reached {chosen:?}: affinity never expires");
 }
 
+/// One UDP flow from c1: a socket that keeps its source port, so every datagram belongs to
+/// the same conntrack entry.
+fn udp_flow(lab: &Lab, to: &str) -> std::net::UdpSocket {
+    let c1 = lab.cluster.pod("c1");
+    let to: std::net::SocketAddr = to.parse().unwrap();
+    c1.ns.run(|| {
+        let s = std::net::UdpSocket::bind((c1.ipv4, 0)).unwrap();
+        s.connect(to).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s
+    })
+}
+
+/// Sends one datagram on the flow and returns who answered.
+fn ask(flow: &std::net::UdpSocket) -> String {
+    flow.send(b"q").unwrap();
+    let mut buf = [0u8; 256];
+    let n = flow.recv(&mut buf).unwrap_or_else(|e| panic!("no UDP answer: {e}"));
+    probe::parse_reply(&String::from_utf8_lossy(&buf[..n])).expect("an echo reply").backend
+}
+
+#[test]
+fn s39_stale_udp_flows_are_deleted_and_live_ones_kept() {
+    require_kernel!();
+    let lab = lab("s39");
+    let dns = || Svc::new("dns", &["172.30.0.53"]).port("dns", "UDP", 53);
+    let slice = |pod| Eps::v4("dns").port("dns", "UDP", 8080).pod(&lab, pod, Ready);
+    let before = lab.model(lab.config(), &[dns()], &[slice("a1")]);
+    lab.program(&before);
+    let stale = udp_flow(&lab, "172.30.0.53:53");
+    assert_eq!(ask(&stale), "a1");
+
+    let after = lab.model(lab.config(), &[dns()], &[slice("b1")]);
+    lab.program(&after);
+    let live = udp_flow(&lab, "172.30.0.53:53");
+    assert_eq!(ask(&live), "b1", "a new flow reaches the new endpoint");
+    assert_eq!(ask(&stale), "a1", "without cleanup the old flow sticks to the removed endpoint");
+
+    let name = after.services.keys().next().unwrap().clone();
+    let change = verdict_model::PortChange {
+        old: before.services.get(&name).cloned(),
+        new: after.services.get(&name).cloned(),
+        name,
+    };
+    lab.cluster.nodes[0].ns.run(|| {
+        use verdict_controller::sync::AfterSync;
+        verdict_controller::conntrack::ConntrackCleaner::new().after_sync(&after, false, &[change]);
+    });
+    let entries = lab.cluster.nodes[0].ns.check(&["conntrack", "-L", "-p", "udp"]).unwrap();
+    let to_a1 = lab.cluster.pod("a1").ipv4.to_string();
+    assert!(!entries.contains(&format!("src={to_a1} ")), "the flow answered by a1 is gone:\n{entries}");
+    assert_eq!(ask(&live), "b1", "the live flow is kept");
+    assert_eq!(ask(&stale), "b1", "the old flow, deleted, starts over at the new endpoint");
+}
+
 #[test]
 fn s40_each_family_uses_only_its_own_slices() {
     require_kernel!();

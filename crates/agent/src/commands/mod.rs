@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
 pub mod cleanup;
+pub mod explain;
 pub mod render;
 pub mod run;

@@ -7,7 +7,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::Arc;
 use std::time::Duration;
 use verdict_controller::health::ProxyHealth;
+use verdict_controller::conntrack::ConntrackCleaner;
 use verdict_controller::metrics as m;
+use verdict_controller::service_health::ServiceHealthServer;
 use verdict_controller::sync::{ProblemNotice, SyncConfig, SyncLoop};
 use verdict_model::ModelCache;
 use verdict_nft::netlink::Netlink;
@@ -47,9 +49,14 @@ pub fn run(cfg: RunConfig) -> Result<()> {
         ..SyncConfig::default()
     };
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
-    let sync_loop = SyncLoop::new(cache, nl, sync_cfg, health).with_notices(move |n| {
+    let mut sync_loop = SyncLoop::new(cache, nl, sync_cfg, health.clone()).with_notices(move |n| {
         let _ = notice_tx.send(n);
     });
+    if !cfg.once {
+        sync_loop = sync_loop
+            .with_after_sync(ServiceHealthServer::new(rt.handle().clone(), health))
+            .with_after_sync(ConntrackCleaner::new());
+    }
     let syncer = std::thread::Builder::new().name("sync".into()).spawn(move || sync_loop.run(rx))?;
 
     let node = cfg.rules.node_name.clone();

@@ -40,7 +40,8 @@ impl Conntrack {
                 match reply {
                     Reply::Conntrack { family, attrs } => {
                         received += 1;
-                        let entry = parse_entry(family, attrs).map_err(|detail| ConntrackError::Malformed { op, detail })?;
+                        let entry =
+                            parse_entry(family, attrs).map_err(|detail| ConntrackError::Malformed { op, detail })?;
                         entries.extend(entry);
                     }
                     Reply::Done(0) => {

@@ -8,6 +8,12 @@ use crate::entry::{Entry, Family, IPPROTO_UDP};
 use crate::error::ConntrackError;
 use io::Channel;
 
+// The controller moves the socket between threads and tasks: keep it `Send`.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Conntrack>();
+};
+
 /// An open ctnetlink socket.
 ///
 /// The socket belongs to the network namespace of the thread that called

@@ -80,9 +80,9 @@ fn external_and_load_balancer_ips_are_service_addresses_too() {
 #[test]
 fn node_port_flow_is_matched_by_node_port_on_a_node_address() {
     let entries = [
-        udp(40001, "10.0.0.1", 30053, "10.244.0.5"),   // stale
-        udp(40002, "10.0.0.1", 30053, "10.244.0.6"),   // serving endpoint
-        udp(40003, "10.0.0.1", 53, "10.244.0.5"),      // node address, but the Service port is not a NodePort
+        udp(40001, "10.0.0.1", 30053, "10.244.0.5"),     // stale
+        udp(40002, "10.0.0.1", 30053, "10.244.0.6"),     // serving endpoint
+        udp(40003, "10.0.0.1", 53, "10.244.0.5"),        // node address, but the Service port is not a NodePort
         udp(40004, "203.0.113.7", 30053, "203.0.113.7"), // a NodePort number to a non-node address
     ];
     assert_eq!(stale(&entries, &[dns()]), [0]);
@@ -115,8 +115,8 @@ fn entry_never_dnated_is_stale_once_there_are_endpoints() {
 #[test]
 fn other_service_port_is_kept() {
     let entries = [
-        udp(40001, "10.96.0.10", 54, "10.244.0.5"), // same IP, another port
-        udp(40002, "10.96.0.11", 53, "10.244.0.5"), // another Service's IP, same port
+        udp(40001, "10.96.0.10", 54, "10.244.0.5"),  // same IP, another port
+        udp(40002, "10.96.0.11", 53, "10.244.0.5"),  // another Service's IP, same port
         udp(40003, "10.0.0.1", 30054, "10.244.0.5"), // another NodePort
     ];
     assert_eq!(stale(&entries, &[dns()]), [] as [usize; 0]);

@@ -19,7 +19,8 @@ pub(crate) fn family_byte(family: Family) -> u8 {
 /// on the original tuple's protocol number; older kernels ignore it and dump everything, so
 /// callers must still filter what they receive.
 pub(crate) fn dump_request(seq: u32, family: Family, protocol: Option<u8>) -> Vec<u8> {
-    let mut w = MessageWriter::new(ct_msg_type(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, seq, family_byte(family));
+    let mut w =
+        MessageWriter::new(ct_msg_type(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, seq, family_byte(family));
     if let Some(protocol) = protocol {
         w.begin_nest(CTA_FILTER);
         w.put_u32(CTA_FILTER_ORIG_FLAGS, CTA_FILTER_F_CTA_PROTO_NUM);

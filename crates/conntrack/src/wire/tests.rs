@@ -33,7 +33,6 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-#[allow(clippy::too_many_arguments)]
 fn entry(protocol: u8, o: (&str, u16, &str, u16), r: (&str, u16, &str, u16), zone: u16) -> Entry {
     let family = if o.0.contains(':') { Family::V6 } else { Family::V4 };
     Entry {

@@ -9,8 +9,11 @@
 //! nothing, and the error names the operation, the object and the errno.
 
 mod elements;
+mod foreign;
 mod glue;
 pub(crate) mod wire;
+
+pub use foreign::TableFamily;
 
 use crate::low::LowRule;
 use crate::lower::lower;
@@ -184,6 +187,19 @@ impl Netlink {
                 others: errors.len() - 1,
             });
         }
+    }
+
+    /// Reserves `n` sequence numbers and returns the first.
+    fn next_seq(&mut self, n: u32) -> u32 {
+        let first = self.seq.wrapping_add(1);
+        self.seq = self.seq.wrapping_add(n);
+        first
+    }
+
+    /// Sends a small batch built elsewhere and returns the errors it drew.
+    fn send_batch(&mut self, buf: &[u8]) -> Result<Vec<(u32, i32, Option<String>)>, NetlinkError> {
+        self.sock.send(buf).map_err(NetlinkError::Io)?;
+        self.drain()
     }
 
     /// Reads every reply already queued (the kernel handles a batch inside the send).
