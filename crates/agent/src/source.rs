@@ -17,8 +17,11 @@ pub fn model_from_manifests(dir: &Path, cfg: &RulesConfig, local_addresses: &[Ip
             cfg.node_name
         );
     }
-    let mut out =
-        build_model(cfg.proxy.clone(), &cfg.node_name, node, local_addresses, &manifests.services, &manifests.slices);
+    let mut config = cfg.proxy.clone();
+    for object in &manifests.service_cidrs {
+        config.service_cidrs.extend(object.cidrs.iter().filter_map(|c| verdict_model::Cidr::parse_tolerant(c)));
+    }
+    let mut out = build_model(config, &cfg.node_name, node, local_addresses, &manifests.services, &manifests.slices);
     let mut problems: Vec<Problem> = manifests.problems;
     problems.append(&mut out.problems);
     out.problems = problems;

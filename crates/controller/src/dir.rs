@@ -32,6 +32,9 @@ pub fn send_snapshot(dir: &Path, node_name: &str, tx: &Sender<Event>) -> Result<
     events.push(Event::SourceProblems(m.problems.clone()));
     events.extend(m.services.into_iter().map(|s| Event::Apply(Object::Service(s))));
     events.extend(m.slices.into_iter().map(|e| Event::Apply(Object::EndpointSlice(e))));
+    events.push(Event::InitStart(Kind::ServiceCidr));
+    events.extend(m.service_cidrs.into_iter().map(|c| Event::Apply(Object::ServiceCidr(c))));
+    events.push(Event::InitDone(Kind::ServiceCidr));
     match m.nodes.into_iter().find(|n| n.name == node_name) {
         Some(n) => events.push(Event::Apply(Object::Node(n))),
         None => tracing::warn!(

@@ -11,10 +11,12 @@ pub enum Kind {
     EndpointSlice,
     /// core/v1 Node (this node only).
     Node,
+    /// networking.k8s.io/v1 ServiceCIDR (optional: older API servers do not serve it).
+    ServiceCidr,
 }
 
 impl Kind {
-    /// Every kind; programming starts once each has been listed.
+    /// The kinds programming waits for: it starts once each has been listed.
     pub const ALL: [Kind; 3] = [Kind::Service, Kind::EndpointSlice, Kind::Node];
 }
 
@@ -27,6 +29,8 @@ pub enum Object {
     EndpointSlice(source::EndpointSlice),
     /// This node's Node.
     Node(source::Node),
+    /// A ServiceCIDR.
+    ServiceCidr(source::ServiceCidr),
 }
 
 /// One thing a source observed.

@@ -11,6 +11,7 @@ pub mod conntrack;
 pub mod dir;
 pub mod event;
 pub mod health;
+pub mod leftovers;
 pub mod manifests;
 pub mod metrics;
 pub mod service_health;

@@ -21,6 +21,8 @@ pub struct Manifests {
     pub slices: Vec<source::EndpointSlice>,
     /// Nodes.
     pub nodes: Vec<source::Node>,
+    /// ServiceCIDRs.
+    pub service_cidrs: Vec<source::ServiceCidr>,
     /// Files and documents that could not be read.
     pub problems: Vec<Problem>,
     /// The files read.
@@ -108,6 +110,10 @@ fn add_object(out: &mut Manifests, origin: &str, doc: usize, value: serde_yaml::
         },
         "Node" => match serde_yaml::from_value::<Node>(value) {
             Ok(node) => out.nodes.push(translate::node(&node)),
+            Err(e) => out.problems.push(bad(e)),
+        },
+        "ServiceCIDR" => match serde_yaml::from_value::<k8s_openapi::api::networking::v1::ServiceCIDR>(value) {
+            Ok(c) => out.service_cidrs.push(translate::service_cidr(&c)),
             Err(e) => out.problems.push(bad(e)),
         },
         "List" => {

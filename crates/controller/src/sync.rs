@@ -291,6 +291,11 @@ impl SyncLoop {
                 self.cache.set_node(Some(n));
                 self.queued();
             }
+            Event::Apply(Object::ServiceCidr(c)) => {
+                self.seen(Kind::ServiceCidr, (String::new(), c.name.clone()));
+                self.cache.upsert_service_cidr(c);
+                self.queued();
+            }
             Event::Delete { kind, namespace, name } => {
                 self.delete(kind, &namespace, &name);
                 self.queued();
@@ -340,6 +345,7 @@ impl SyncLoop {
                 self.health.set_node_eligible(true);
                 self.cache.set_node(None);
             }
+            Kind::ServiceCidr => self.cache.remove_service_cidr(name),
         }
     }
 

@@ -61,7 +61,15 @@ pub fn service(svc: &core::Service) -> source::Service {
     }
 }
 
-/// An EndpointSlice.
+/// A networking.k8s.io/v1 ServiceCIDR.
+pub fn service_cidr(c: &k8s_openapi::api::networking::v1::ServiceCIDR) -> source::ServiceCidr {
+    source::ServiceCidr {
+        name: c.metadata.name.clone().unwrap_or_default(),
+        cidrs: c.spec.as_ref().and_then(|s| s.cidrs.clone()).unwrap_or_default(),
+    }
+}
+
+/// A discovery.k8s.io/v1 EndpointSlice.
 pub fn endpoint_slice(slice: &discovery::EndpointSlice) -> source::EndpointSlice {
     source::EndpointSlice {
         namespace: namespace_of(&slice.metadata),

@@ -11,6 +11,7 @@ use crate::translate;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use std::sync::mpsc::Sender;
@@ -72,13 +73,32 @@ pub async fn watch(client: Client, node_name: &str, tx: Sender<Event>) {
         |e: &EndpointSlice| Object::EndpointSlice(translate::endpoint_slice(e)),
     );
     let node = run(
-        Api::<Node>::all(client),
+        Api::<Node>::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={node_name}")),
         Kind::Node,
-        tx,
+        tx.clone(),
         |n: &Node| Object::Node(translate::node(n)),
     );
-    tokio::join!(services, slices, node);
+    let service_cidrs = watch_service_cidrs(client, tx);
+    tokio::join!(services, slices, node, service_cidrs);
+}
+
+/// ServiceCIDRs are optional: an API server that does not serve them (before Kubernetes 1.33,
+/// or with the API off) leaves `--service-cluster-ip-range` as the only source.
+async fn watch_service_cidrs(client: Client, tx: Sender<Event>) {
+    let api = Api::<ServiceCIDR>::all(client);
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            tracing::info!("the API server does not serve networking.k8s.io/v1 ServiceCIDRs; using --service-cluster-ip-range only");
+            return;
+        }
+        Err(e) => tracing::warn!("listing ServiceCIDRs failed (watching anyway): {e}"),
+        Ok(_) => {}
+    }
+    run(api, watcher::Config::default(), Kind::ServiceCidr, tx, |c: &ServiceCIDR| {
+        Object::ServiceCidr(translate::service_cidr(c))
+    })
+    .await;
 }
 
 /// The name of an object, for logs.

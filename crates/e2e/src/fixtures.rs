@@ -84,3 +84,23 @@ pub fn mixed() -> ProxyModel {
     ];
     model(&n, &services, &slices)
 }
+
+/// The model of the `all-features` golden scenario (`tests/golden/all-features`), built from
+/// its manifests with the configuration its `flags` give: every rule shape verdict writes.
+pub fn all_features() -> ProxyModel {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/all-features/manifests");
+    let m = verdict_controller::manifests::load(&dir).expect("the all-features manifests");
+    assert!(m.problems.is_empty(), "{:?}", m.problems);
+    let cidr = |s: &str| Cidr::parse_tolerant(s).unwrap();
+    let mut service_cidrs = vec![cidr("172.30.0.0/16")];
+    service_cidrs.extend(m.service_cidrs.iter().flat_map(|c| c.cidrs.iter()).map(|c| cidr(c)));
+    let config = ProxyConfig {
+        cluster_cidrs: vec![cidr("10.0.0.0/8"), cidr("fd00:10::/64")],
+        service_cidrs,
+        ..ProxyConfig::default()
+    };
+    let BuildOutput { model, problems } =
+        build_model(config, "test-node", m.node("test-node"), &[], &m.services, &m.slices);
+    assert!(problems.is_empty(), "{problems:?}");
+    model
+}

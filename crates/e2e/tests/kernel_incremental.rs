@@ -41,11 +41,12 @@ fn random_changes_keep_the_kernel_equal_to_a_full_render() {
         table.adopt(plan.result);
     });
 
+    let mut layout_changes = 0;
     for step in 0..60 {
         // A batch of changes per sync, as the controller coalesces them.
         for _ in 0..1 + rng.next(5) {
             let i = rng.next(services.len() + 40);
-            match rng.next(6) {
+            match rng.next(7) {
                 // A new Service (or one that was deleted comes back).
                 0 if i >= services.len() => {
                     services.push(synth::service(i + 1000 * step));
@@ -60,6 +61,12 @@ fn random_changes_keep_the_kernel_equal_to_a_full_render() {
                 2 if i < slices.len() => {
                     let idx: usize = slices[i].service_name.trim_start_matches("svc-").parse().unwrap();
                     slices[i] = synth::slice(idx, rng.next(12), 2000, 0);
+                }
+                // Switch the Service to another policy layout (Local policies, affinity,
+                // load balancer with source ranges) and move an endpoint onto this node.
+                3 if i < services.len() => {
+                    featured(&mut services[i], &mut slices[i], &mut rng);
+                    layout_changes += 1;
                 }
                 // Replace one endpoint.
                 _ if i < slices.len() => {
@@ -106,6 +113,37 @@ fn random_changes_keep_the_kernel_equal_to_a_full_render() {
             );
         });
         table.committed();
+    }
+    assert!(layout_changes >= 10, "only {layout_changes} layout changes were exercised");
+}
+
+/// Gives Service `svc` one of the features that use chains of its own (or takes them away),
+/// and puts one of its endpoints on this node (or takes it off).
+fn featured(svc: &mut Service, slice: &mut EndpointSlice, rng: &mut Rng) {
+    let idx: u32 = svc.name.trim_start_matches("svc-").parse().unwrap();
+    let lb_ip = std::net::Ipv4Addr::from((100u32 << 24) | (64 << 16) | idx).to_string();
+    let plain = synth::service(idx as usize);
+    *svc = match rng.next(5) {
+        0 => Service {
+            service_type: "LoadBalancer".into(),
+            load_balancer_ingress: vec![verdict_model::source::LoadBalancerIngress { ip: lb_ip, ip_mode: None }],
+            external_traffic_policy: "Local".into(),
+            ..plain
+        },
+        1 => Service { internal_traffic_policy: "Local".into(), ..plain },
+        2 => Service { session_affinity: "ClientIP".into(), session_affinity_timeout_seconds: Some(60), ..plain },
+        3 => Service {
+            service_type: "LoadBalancer".into(),
+            load_balancer_ingress: vec![verdict_model::source::LoadBalancerIngress { ip: lb_ip, ip_mode: None }],
+            load_balancer_source_ranges: vec!["203.0.113.0/25".into()],
+            session_affinity: "ClientIP".into(),
+            ..plain
+        },
+        _ => plain,
+    };
+    if let Some(ep) = slice.endpoints.first_mut() {
+        let local = rng.next(2) == 0;
+        ep.node_name = Some(if local { "bench" } else { "other" }.into());
     }
 }
 

@@ -1,11 +1,12 @@
 //! The real kernel holds exactly what verdict renders: checked with `nft list`, with our own
 //! netlink dump, and by reloading `nft list` output with `nft -f`.
 
+use std::path::Path;
 use verdict_e2e::netns::Netns;
 use verdict_e2e::{fixtures, require_kernel};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::observe::observe;
-use verdict_nft::{RenderOptions, diff, render, text};
+use verdict_nft::{RenderOptions, Ruleset, diff, render, text};
 
 fn program(ns: &Netns, rs: &verdict_nft::Ruleset) {
     ns.run(|| {
@@ -18,11 +19,24 @@ fn program(ns: &Netns, rs: &verdict_nft::Ruleset) {
 #[test]
 fn nft_lists_exactly_what_we_render() {
     require_kernel!();
-    let rs = render(&fixtures::mixed(), &RenderOptions::default());
+    lists_exactly(&render(&fixtures::mixed(), &RenderOptions::default()));
+}
+
+#[test]
+fn nft_lists_every_feature_exactly_as_rendered_and_as_the_golden_file() {
+    require_kernel!();
+    let rs = render(&fixtures::all_features(), &RenderOptions::default());
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/all-features/expected.nft");
+    assert_eq!(text::listing(&rs), std::fs::read_to_string(golden).unwrap(), "the golden file is this model's listing");
+    lists_exactly(&rs);
+}
+
+/// Programs `rs` over netlink in a fresh namespace; `nft list` must print our listing.
+fn lists_exactly(rs: &Ruleset) {
     let ns = Netns::new("list").unwrap();
-    program(&ns, &rs);
+    program(&ns, rs);
     let listed = ns.check(&["nft", "list", "table", "inet", "kube-proxy"]).unwrap();
-    let ours = text::listing(&rs);
+    let ours = text::listing(rs);
     if listed != ours {
         let d: Vec<String> = listed
             .lines()
@@ -39,13 +53,15 @@ fn nft_lists_exactly_what_we_render() {
 #[test]
 fn observe_reads_back_what_was_rendered() {
     require_kernel!();
-    let rs = render(&fixtures::mixed(), &RenderOptions::default());
-    let ns = Netns::new("observe").unwrap();
-    program(&ns, &rs);
-    let observed = ns.run(|| observe(&mut Netlink::open().unwrap(), "kube-proxy").unwrap()).expect("table exists");
-    assert!(observed.foreign.is_empty(), "foreign objects: {:?}", observed.foreign);
-    assert_eq!(text::listing(&observed.ruleset), text::listing(&rs));
-    assert_eq!(observed.ruleset, rs);
+    for model in [fixtures::mixed(), fixtures::all_features()] {
+        let rs = render(&model, &RenderOptions::default());
+        let ns = Netns::new("observe").unwrap();
+        program(&ns, &rs);
+        let observed = ns.run(|| observe(&mut Netlink::open().unwrap(), "kube-proxy").unwrap()).expect("table exists");
+        assert!(observed.foreign.is_empty(), "foreign objects: {:?}", observed.foreign);
+        assert_eq!(text::listing(&observed.ruleset), text::listing(&rs));
+        assert_eq!(observed.ruleset, rs);
+    }
 }
 
 #[test]

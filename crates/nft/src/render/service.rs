@@ -70,7 +70,7 @@ impl PortView<'_> {
     /// `reject` when no endpoint serves anywhere, `drop` when only the Local policy's set is
     /// empty (upstream's semantics), nothing when there are endpoints.
     pub fn no_endpoint_verdict(&self, endpoints: &[EndpointTarget]) -> Option<Verdict> {
-        if !self.selection.has_any || self.selection.cluster.is_empty() {
+        if !self.selection.has_any {
             Some(Verdict::Goto(Arc::from(REJECT_CHAIN)))
         } else if endpoints.is_empty() {
             Some(Verdict::Drop)
