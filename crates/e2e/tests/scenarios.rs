@@ -569,6 +569,33 @@ fn s40_each_family_uses_only_its_own_slices() {
     lab.check(&rs, Pod("c1"), "172.30.0.52:80", Expect::Reject);
 }
 
+#[test]
+fn s26b_internal_traffic_local_on_a_plain_clusterip() {
+    require_kernel!();
+    let lab = lab("s26b");
+    let svc = Svc::new("itl", &["172.30.0.47"]).port("http", "TCP", 80).internal_local();
+    let rs = lab.program_objects(&[svc], &[eps(&lab, "itl", &[("a1", Ready), ("b1", Ready)])]);
+    lab.check(&rs, Pod("c1"), "172.30.0.47:80", Expect::pods(&["a1"], false));
+}
+
+#[test]
+fn topology_zone_hints_keep_traffic_in_the_nodes_zone() {
+    require_kernel!();
+    let mut lab = lab("topo");
+    lab.zone = Some("zone-a".into());
+    let hinted = Eps::v4("web")
+        .port("http", "TCP", 8080)
+        .pod(&lab, "a1", Ready)
+        .for_zones(&["zone-a"])
+        .pod(&lab, "b1", Ready)
+        .for_zones(&["zone-b"]);
+    let rs = lab.program_objects(&[web()], &[hinted.clone()]);
+    lab.check(&rs, Pod("c1"), "172.30.0.41:80", Expect::pods(&["a1"], false));
+    // One ready endpoint without hints turns the filtering off.
+    let rs = lab.program_objects(&[web()], &[hinted.pod(&lab, "b2", Ready)]);
+    lab.check(&rs, Pod("c1"), "172.30.0.41:80", Expect::pods(&["a1", "b1", "b2"], false));
+}
+
 fn detect_local(tag: &str, detect: DetectLocal) {
     let lab = lab(tag);
     let config = verdict_model::ProxyConfig { detect_local: detect, ..lab.config() };

@@ -89,6 +89,8 @@ pub struct Lab {
     pub cluster: Cluster,
     /// node1's own addresses.
     pub node_addresses: Vec<IpAddr>,
+    /// node1's `topology.kubernetes.io/zone` label.
+    pub zone: Option<String>,
 }
 
 impl Lab {
@@ -118,7 +120,7 @@ impl Lab {
         ];
         let echo = echo.to_str().expect("UTF-8 path");
         cluster.nodes[0].ns.spawn(&[echo, NODE_HOST, "80", &NODE_PORT.to_string()])?;
-        let lab = Lab { cluster, node_addresses };
+        let lab = Lab { cluster, node_addresses, zone: None };
         lab.wait_for_host_echo()?;
         Ok(lab)
     }
@@ -160,6 +162,7 @@ impl Lab {
             name: NODE.into(),
             addresses: vec![("InternalIP".into(), node1.ipv4.to_string()), ("InternalIP".into(), node1.ipv6.to_string())],
             pod_cidrs: vec!["10.244.1.0/24".into(), "fd00:10:244:1::/64".into()],
+            labels: self.zone.iter().map(|z| ("topology.kubernetes.io/zone".to_string(), z.clone())).collect(),
             ..source::Node::default()
         }
     }

@@ -137,6 +137,14 @@ impl Eps {
         self.address(&ip, &node, cond)
     }
 
+    /// Hints the last endpoint added for these zones.
+    pub fn for_zones(mut self, zones: &[&str]) -> Eps {
+        if let Some(ep) = self.0.endpoints.last_mut() {
+            ep.zone_hints = Some(zones.iter().map(|z| z.to_string()).collect());
+        }
+        self
+    }
+
     /// Adds an endpoint by address (one no pod answers on: it must never be chosen).
     pub fn address(mut self, ip: &str, node: &str, cond: Cond) -> Eps {
         let (ready, serving, terminating) = match cond {
