@@ -4,8 +4,10 @@ use crate::run;
 use anyhow::{Result, bail};
 use std::process::Command;
 
-/// Build: libnftnl and libmnl headers and pkg-config. Tests and the demo: nft, ip, conntrack.
-pub const PACKAGES: &[&str] = &["pkg-config", "libnftnl-dev", "libmnl-dev", "nftables", "iproute2", "conntrack"];
+/// Build: libnftnl and libmnl headers and pkg-config. Tests and the demo: nft, ip, conntrack;
+/// iptables and ipset to create (and check the removal of) kube-proxy's leftovers.
+pub const PACKAGES: &[&str] =
+    &["pkg-config", "libnftnl-dev", "libmnl-dev", "nftables", "iproute2", "conntrack", "iptables", "ipset"];
 
 /// Whether we run as root.
 pub fn is_root() -> bool {

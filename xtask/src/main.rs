@@ -47,7 +47,8 @@ fn test(args: &[String]) -> Result<()> {
     let mut test_args = vec!["test", "--workspace", "--release"];
     test_args.extend(args.iter().map(String::as_str));
     // As root, kernel tests must run: a skip would hide that they did not.
-    let envs: Vec<(&str, &str)> = if deps::is_root() { vec![("VERDICT_REQUIRE_KERNEL", "1")] } else { vec![] };
+    let envs: Vec<(&str, &str)> =
+        if deps::is_root() { vec![("VERDICT_REQUIRE_KERNEL", "1"), ("VERDICT_REQUIRE_IPTABLES", "1")] } else { vec![] };
     if !deps::is_root() {
         eprintln!(
             "xtask: not root: kernel and packet tests will be SKIPPED (they say so); run as root for the full suite"

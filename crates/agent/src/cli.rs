@@ -44,6 +44,9 @@ pub enum Command {
 /// Flags that shape the rules, shared by `run` and `render` (kube-proxy's names).
 #[derive(Debug, Clone, Args)]
 pub struct RulesArgs {
+    /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// The name of this node (default: the host name).
     #[arg(long, value_name = "NODE")]
     pub hostname_override: Option<String>,
@@ -83,9 +86,6 @@ pub struct RulesArgs {
 /// `verdict run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags override it.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
     /// A kubeconfig file (default: in-cluster configuration).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,

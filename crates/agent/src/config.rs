@@ -68,11 +68,19 @@ struct NftablesSection {
 const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 
 impl KubeProxyConfiguration {
+    /// The `--config` file, or the defaults when there is none.
+    pub fn from_flag(args: &RulesArgs) -> Result<KubeProxyConfiguration, ConfigError> {
+        match &args.config {
+            Some(path) => KubeProxyConfiguration::load(path),
+            None => Ok(KubeProxyConfiguration::default()),
+        }
+    }
+
     /// Reads and checks a configuration file.
     pub fn load(path: &std::path::Path) -> Result<KubeProxyConfiguration, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| bad(format!("--config {}: {e}", path.display())))?;
-        let cfg: KubeProxyConfiguration =
-            serde_yaml::from_str(&text).map_err(|e| bad(format!("--config {}: not a KubeProxyConfiguration: {e}", path.display())))?;
+        let cfg: KubeProxyConfiguration = serde_yaml::from_str(&text)
+            .map_err(|e| bad(format!("--config {}: not a KubeProxyConfiguration: {e}", path.display())))?;
         if let Some(v) = &cfg.api_version
             && v != API_VERSION
         {
@@ -142,9 +150,9 @@ pub struct RulesConfig {
 }
 
 impl RulesConfig {
-    /// Validates the rule flags (without a configuration file).
+    /// Validates the rule flags, over the `--config` file if one is given.
     pub fn from_args(args: &RulesArgs) -> Result<RulesConfig, ConfigError> {
-        Self::merge(args, &KubeProxyConfiguration::default())
+        Self::merge(args, &KubeProxyConfiguration::from_flag(args)?)
     }
 
     /// Flags over the file over the defaults.
@@ -186,7 +194,10 @@ impl RulesConfig {
                     if *raw == "primary" {
                         return Err(bad("--nodeport-addresses: `primary` cannot be combined with CIDRs"));
                     }
-                    cidrs.push(Cidr::parse_tolerant(raw).ok_or_else(|| bad(format!("--nodeport-addresses {raw:?} is not a CIDR")))?);
+                    cidrs.push(
+                        Cidr::parse_tolerant(raw)
+                            .ok_or_else(|| bad(format!("--nodeport-addresses {raw:?} is not a CIDR")))?,
+                    );
                 }
                 NodePortAddresses::Cidrs(cidrs)
             }
@@ -197,14 +208,19 @@ impl RulesConfig {
             return Err(bad(format!("--masquerade-bit {bit} is not a bit of a 32-bit mark (0-31)")));
         }
         let table = args.table.clone().unwrap_or_else(|| verdict_nft::ruleset::DEFAULT_TABLE.to_string());
-        if table.is_empty() || table.len() > 200 || !table.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        if table.is_empty()
+            || table.len() > 200
+            || !table.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
             return Err(bad(format!("--table {table:?} is not a valid nftables table name")));
         }
         let detect_local = detect_local(args, file)?;
         let mut service_cidrs = Vec::new();
         for raw in args.service_cluster_ip_range.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
-            service_cidrs
-                .push(Cidr::parse_tolerant(raw).ok_or_else(|| bad(format!("--service-cluster-ip-range {raw:?} is not a CIDR")))?);
+            service_cidrs.push(
+                Cidr::parse_tolerant(raw)
+                    .ok_or_else(|| bad(format!("--service-cluster-ip-range {raw:?} is not a CIDR")))?,
+            );
         }
         Ok(RulesConfig {
             node_name,
@@ -226,7 +242,8 @@ fn detect_local(args: &RulesArgs, file: &KubeProxyConfiguration) -> Result<Detec
     let section = file.detect_local.as_ref();
     let mode = args.detect_local_mode.clone().or_else(|| file.detect_local_mode.clone()).unwrap_or_default();
     let bridge = args.pod_bridge_interface.clone().or_else(|| section.and_then(|d| d.bridge_interface.clone()));
-    let prefix = args.pod_interface_name_prefix.clone().or_else(|| section.and_then(|d| d.interface_name_prefix.clone()));
+    let prefix =
+        args.pod_interface_name_prefix.clone().or_else(|| section.and_then(|d| d.interface_name_prefix.clone()));
     let named = |value: Option<String>, flag: &str| -> Result<String, ConfigError> {
         match value.map(|v| v.trim().to_string()) {
             Some(v) if !v.is_empty() && v.len() < 16 => Ok(v),
@@ -301,17 +318,16 @@ fn bind_address(flag: &str, raw: &str, default_port: u16) -> Result<Option<Socke
 fn duration(flag: &str, raw: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
     match raw {
         None => Ok(default),
-        Some(r) => parse_duration(r).ok_or_else(|| bad(format!("--{flag} {r:?} is not a duration (e.g. 500ms, 1s, 1m30s)"))),
+        Some(r) => {
+            parse_duration(r).ok_or_else(|| bad(format!("--{flag} {r:?} is not a duration (e.g. 500ms, 1s, 1m30s)")))
+        }
     }
 }
 
 impl RunConfig {
     /// Validates `verdict run`'s flags and configuration file.
     pub fn from_args(args: &RunArgs) -> Result<RunConfig, ConfigError> {
-        let file = match &args.config {
-            Some(path) => KubeProxyConfiguration::load(path)?,
-            None => KubeProxyConfiguration::default(),
-        };
+        let file = KubeProxyConfiguration::from_flag(&args.rules)?;
         let rules = RulesConfig::merge(&args.rules, &file)?;
         let nft = file.nftables.as_ref();
         let min_sync_period = duration(
@@ -319,16 +335,23 @@ impl RunConfig {
             args.min_sync_period.as_deref().or(nft.and_then(|n| n.min_sync_period.as_deref())),
             Duration::from_secs(1),
         )?;
-        let sync_period =
-            duration("sync-period", args.sync_period.as_deref().or(nft.and_then(|n| n.sync_period.as_deref())), Duration::from_secs(30))?;
+        let sync_period = duration(
+            "sync-period",
+            args.sync_period.as_deref().or(nft.and_then(|n| n.sync_period.as_deref())),
+            Duration::from_secs(30),
+        )?;
         if sync_period.is_zero() {
             return Err(bad("--sync-period must be greater than 0"));
         }
         if min_sync_period > sync_period {
-            return Err(bad(format!("--min-sync-period ({min_sync_period:?}) must not exceed --sync-period ({sync_period:?})")));
+            return Err(bad(format!(
+                "--min-sync-period ({min_sync_period:?}) must not exceed --sync-period ({sync_period:?})"
+            )));
         }
-        let metrics = args.metrics_bind_address.clone().or(file.metrics_bind_address.clone()).unwrap_or("127.0.0.1:10249".into());
-        let healthz = args.healthz_bind_address.clone().or(file.healthz_bind_address.clone()).unwrap_or("0.0.0.0:10256".into());
+        let metrics =
+            args.metrics_bind_address.clone().or(file.metrics_bind_address.clone()).unwrap_or("127.0.0.1:10249".into());
+        let healthz =
+            args.healthz_bind_address.clone().or(file.healthz_bind_address.clone()).unwrap_or("0.0.0.0:10256".into());
         let source = match &args.manifests {
             Some(dir) => {
                 if args.kubeconfig.is_some() || args.master.is_some() {
@@ -340,10 +363,12 @@ impl RunConfig {
                 Source::Manifests(dir.clone())
             }
             None => Source::ApiServer {
-                kubeconfig: args
-                    .kubeconfig
-                    .clone()
-                    .or(file.client_connection.as_ref().and_then(|c| c.kubeconfig.clone()).filter(|s| !s.is_empty()).map(PathBuf::from)),
+                kubeconfig: args.kubeconfig.clone().or(file
+                    .client_connection
+                    .as_ref()
+                    .and_then(|c| c.kubeconfig.clone())
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from)),
                 master: args.master.clone(),
             },
         };

@@ -21,7 +21,10 @@ fn health(report: HealthReport, counter: &'static str) -> Reply {
 }
 
 /// Routes of the metrics address.
-pub fn metrics_routes(prom: PrometheusHandle, health_state: Arc<ProxyHealth>) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
+pub fn metrics_routes(
+    prom: PrometheusHandle,
+    health_state: Arc<ProxyHealth>,
+) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
     move |path| match path {
         "/metrics" => (200, "text/plain; version=0.0.4", prom.render()),
         "/proxyMode" => (200, "text/plain; charset=utf-8", "nftables".into()),
@@ -40,7 +43,10 @@ pub fn health_routes(health_state: Arc<ProxyHealth>) -> impl Fn(&str) -> Reply +
 }
 
 /// Binds now (so a taken port fails the start), serves in the background.
-pub async fn serve(addr: SocketAddr, routes: impl Fn(&str) -> Reply + Send + Sync + 'static) -> std::io::Result<SocketAddr> {
+pub async fn serve(
+    addr: SocketAddr,
+    routes: impl Fn(&str) -> Reply + Send + Sync + 'static,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let routes = Arc::new(routes);

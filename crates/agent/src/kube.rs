@@ -11,7 +11,8 @@ use verdict_model::ObjectKind;
 pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<kube::Client> {
     let mut config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kc =
+                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .with_context(|| format!("using kubeconfig {}", path.display()))?
@@ -28,7 +29,11 @@ pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<k
 }
 
 /// Publishes a Warning Event on each object whose problems change (once per change).
-pub async fn publish_events(client: kube::Client, node: String, mut rx: tokio::sync::mpsc::UnboundedReceiver<ProblemNotice>) {
+pub async fn publish_events(
+    client: kube::Client,
+    node: String,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<ProblemNotice>,
+) {
     let recorder = Recorder::new(client, Reporter { controller: "verdict".into(), instance: Some(node) });
     while let Some(notice) = rx.recv().await {
         let Some(first) = notice.problems.first() else { continue };

@@ -20,7 +20,8 @@ const EXIT_USAGE: u8 = 64;
 /// The arguments, with `run` inserted when invoked as `kube-proxy`.
 fn arguments() -> Vec<String> {
     let mut args: Vec<String> = std::env::args().collect();
-    let invoked_as = args.first().and_then(|a| std::path::Path::new(a).file_name()).map(|n| n.to_string_lossy().into_owned());
+    let invoked_as =
+        args.first().and_then(|a| std::path::Path::new(a).file_name()).map(|n| n.to_string_lossy().into_owned());
     if invoked_as.as_deref() == Some("kube-proxy") {
         args.insert(1, "run".into());
     }
@@ -40,8 +41,8 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
     match cli.log_format {
         LogFormat::Json => builder.json().init(),

@@ -58,7 +58,8 @@ impl Drop for Agent {
 fn get(ns: &Netns, port: u16, path: &str) -> Option<(u16, String)> {
     let path = path.to_string();
     ns.run(move || {
-        let mut s = TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1)).ok()?;
+        let mut s =
+            TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
         let mut text = String::new();
@@ -96,7 +97,9 @@ fn manifests_dir(tag: &str) -> std::path::PathBuf {
 }
 
 fn write_slice(dir: &std::path::Path, ip: &str, trigger: Option<&str>) {
-    let annotations = trigger.map(|t| format!(", annotations: {{endpoints.kubernetes.io/last-change-trigger-time: \"{t}\"}}")).unwrap_or_default();
+    let annotations = trigger
+        .map(|t| format!(", annotations: {{endpoints.kubernetes.io/last-change-trigger-time: \"{t}\"}}"))
+        .unwrap_or_default();
     std::fs::write(
         dir.join("slice.yaml"),
         format!(
@@ -112,7 +115,9 @@ fn now_rfc3339() -> String {
 }
 
 fn table_lists(ns: &Netns, needle: &str) -> bool {
-    ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).map(|o| String::from_utf8_lossy(&o.stdout).contains(needle)).unwrap_or(false)
+    ns.exec(&["nft", "list", "table", "inet", "kube-proxy"])
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains(needle))
+        .unwrap_or(false)
 }
 
 #[test]
@@ -151,14 +156,20 @@ fn endpoints_metrics_signals_and_cleanup() {
         assert!(metrics.contains(name), "/metrics lacks {name}:\n{metrics}");
     }
     let count = |name: &str| -> f64 {
-        metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
     };
     assert!(count("kubeproxy_sync_partial_proxy_rules_duration_seconds_count") >= 1.0, "{metrics}");
     assert!(count("kubeproxy_network_programming_duration_seconds_count") >= 1.0, "{metrics}");
     assert!(metrics.contains("kubeproxy_proxy_healthz_total{code=\"200\"}"), "{metrics}");
 
     // SIGTERM: exit 0, rules stay.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
     let status = agent.child.wait().unwrap();
     assert!(status.success(), "SIGTERM must exit 0: {status:?}\n{}", agent.log());
     assert!(table_lists(&ns, "10.244.1.11"), "rules must stay after SIGTERM");
@@ -166,7 +177,10 @@ fn endpoints_metrics_signals_and_cleanup() {
     // --cleanup removes them.
     let out = ns.exec(&[env!("CARGO_BIN_EXE_verdict"), "run", "--cleanup", "--hostname-override", "node1"]).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).unwrap().status.success(), "the table must be gone");
+    assert!(
+        !ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).unwrap().status.success(),
+        "the table must be gone"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -194,7 +208,9 @@ fn healthz_fails_while_the_table_cannot_be_written_and_recovers() {
     assert!(body.contains("\"healthy\":false"), "{body}");
     let (_, metrics) = get(&ns, 10249, "/metrics").unwrap();
     assert!(
-        metrics.lines().any(|l| l.starts_with("kubeproxy_sync_proxy_rules_nftables_sync_failures_total") && !l.ends_with(" 0")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("kubeproxy_sync_proxy_rules_nftables_sync_failures_total") && !l.ends_with(" 0")),
         "failures must be counted:\n{metrics}"
     );
     // The owner goes away (its table with it); the agent's retry succeeds.

@@ -53,8 +53,14 @@ fn the_node_itself_is_masqueraded_to_every_endpoint() {
 
 #[test]
 fn udp_and_tcp_on_one_port_go_to_their_own_target_ports() {
-    assert_eq!(result(&explain("10.0.1.9", "172.30.0.42:53/tcp", &[])), "DNAT to 10.0.1.2:5353, 10.0.2.3:5353 (source kept)");
-    assert_eq!(result(&explain("10.0.1.9", "172.30.0.42:53/udp", &[])), "DNAT to 10.0.1.2:53, 10.0.2.3:53 (source kept)");
+    assert_eq!(
+        result(&explain("10.0.1.9", "172.30.0.42:53/tcp", &[])),
+        "DNAT to 10.0.1.2:5353, 10.0.2.3:5353 (source kept)"
+    );
+    assert_eq!(
+        result(&explain("10.0.1.9", "172.30.0.42:53/udp", &[])),
+        "DNAT to 10.0.1.2:53, 10.0.2.3:53 (source kept)"
+    );
 }
 
 #[test]
@@ -77,5 +83,9 @@ fn a_bad_destination_is_a_clear_error() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("is not IP:PORT"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not IP:PORT"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -46,9 +46,18 @@ fn bad_flags_exit_64_with_one_line() {
     assert_usage(&["run", "--sync-period", "10x", "--hostname-override", "n"], "--sync-period \"10x\"");
     assert_usage(&["run", "--masquerade-bit", "40", "--hostname-override", "n"], "--masquerade-bit 40");
     assert_usage(&["run", "--cluster-cidr", "10.0.0.0/33", "--hostname-override", "n"], "10.0.0.0/33");
-    assert_usage(&["run", "--cluster-cidr", "10.0.0.0/8,10.1.0.0/16", "--hostname-override", "n"], "more than one IPv4");
-    assert_usage(&["run", "--metrics-bind-address", "localhost:x", "--hostname-override", "n"], "--metrics-bind-address");
-    assert_usage(&["run", "--min-sync-period", "1m", "--sync-period", "30s", "--hostname-override", "n"], "must not exceed");
+    assert_usage(
+        &["run", "--cluster-cidr", "10.0.0.0/8,10.1.0.0/16", "--hostname-override", "n"],
+        "more than one IPv4",
+    );
+    assert_usage(
+        &["run", "--metrics-bind-address", "localhost:x", "--hostname-override", "n"],
+        "--metrics-bind-address",
+    );
+    assert_usage(
+        &["run", "--min-sync-period", "1m", "--sync-period", "30s", "--hostname-override", "n"],
+        "must not exceed",
+    );
     assert_usage(&["run", "--kubeconfig", "/nonexistent/kubeconfig", "--hostname-override", "n"], "no such file");
     assert_usage(&["render", "--manifests", ".", "--nodeport-addresses", "primary,10.0.0.0/8"], "primary");
 }
@@ -60,7 +69,8 @@ fn bad_config_files_exit_64_with_one_line() {
     assert_usage(&["run", "--config", ipvs.path()], "mode \"ipvs\" is not supported");
     let kind = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n");
     assert_usage(&["run", "--config", kind.path()], "kind \"KubeletConfiguration\"");
-    let broken = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nnftables: [\n");
+    let broken =
+        config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nnftables: [\n");
     assert_usage(&["run", "--config", broken.path()], "not a KubeProxyConfiguration");
     let bad_period = config_file("kind: KubeProxyConfiguration\nhostnameOverride: n\nnftables:\n  syncPeriod: soon\n");
     assert_usage(&["run", "--config", bad_period.path()], "\"soon\"");
@@ -73,7 +83,8 @@ fn flags_override_the_file() {
     let file = config_file(
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhostnameOverride: n\nmetricsBindAddress: \"\"\nhealthzBindAddress: \"\"\nnftables:\n  syncPeriod: soon\n",
     );
-    let (code, stderr) = verdict(&["run", "--config", file.path(), "--sync-period", "30s", "--manifests", "/nonexistent-dir"]);
+    let (code, stderr) =
+        verdict(&["run", "--config", file.path(), "--sync-period", "30s", "--manifests", "/nonexistent-dir"]);
     assert_eq!(code, 64, "{stderr}");
     assert!(stderr.contains("--manifests /nonexistent-dir"), "the flag's value was used: {stderr}");
 }
@@ -87,7 +98,8 @@ fn invoked_as_kube_proxy_it_runs() {
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_verdict"), &link).unwrap();
     // kubeadm's invocation, with a config file that asks for ipvs: refused as `run` refuses it.
     let ipvs = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n");
-    let out = Command::new(&link).args([&format!("--config={}", ipvs.path()), "--hostname-override=node1"]).output().unwrap();
+    let out =
+        Command::new(&link).args([&format!("--config={}", ipvs.path()), "--hostname-override=node1"]).output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("mode \"ipvs\""));

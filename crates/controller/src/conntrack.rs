@@ -84,7 +84,11 @@ impl AfterSync for ConntrackCleaner {
                 metrics::histogram!(m::CONNTRACK_DURATION).record(report.duration.as_secs_f64());
                 metrics::counter!(m::CONNTRACK_DELETED).increment(report.deleted as u64);
                 if report.deleted > 0 {
-                    tracing::info!(deleted = report.deleted, examined = report.examined, "deleted stale UDP conntrack entries");
+                    tracing::info!(
+                        deleted = report.deleted,
+                        examined = report.examined,
+                        "deleted stale UDP conntrack entries"
+                    );
                 }
             }
             Err(e) => {

@@ -90,7 +90,11 @@ pub fn describe() {
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
     describe_gauge!(NO_LOCAL_ENDPOINTS, "Number of services with a Local traffic policy and no endpoints");
-    describe_histogram!(CONNTRACK_DURATION, metrics::Unit::Seconds, "ReconcileConntrackFlowsLatency latency in seconds");
+    describe_histogram!(
+        CONNTRACK_DURATION,
+        metrics::Unit::Seconds,
+        "ReconcileConntrackFlowsLatency latency in seconds"
+    );
     describe_counter!(CONNTRACK_DELETED, "Cumulative conntrack flows deleted by conntrack reconciler");
 
     // Every series exists from the start (at zero), as in upstream's registry, so dashboards

@@ -89,7 +89,9 @@ async fn watch_service_cidrs(client: Client, tx: Sender<Event>) {
     let api = Api::<ServiceCIDR>::all(client);
     match api.list(&kube::api::ListParams::default().limit(1)).await {
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            tracing::info!("the API server does not serve networking.k8s.io/v1 ServiceCIDRs; using --service-cluster-ip-range only");
+            tracing::info!(
+                "the API server does not serve networking.k8s.io/v1 ServiceCIDRs; using --service-cluster-ip-range only"
+            );
             return;
         }
         Err(e) => tracing::warn!("listing ServiceCIDRs failed (watching anyway): {e}"),

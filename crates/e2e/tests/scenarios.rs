@@ -354,7 +354,8 @@ fn internal_local() -> Svc {
 fn s26_internal_traffic_local_reaches_only_the_local_endpoint() {
     require_kernel!();
     let lab = lab("s26");
-    let rs = lab.program_objects(&[internal_local()], &[eps(&lab, "itl", &[("a1", Ready), ("b1", Ready), ("b2", Ready)])]);
+    let rs =
+        lab.program_objects(&[internal_local()], &[eps(&lab, "itl", &[("a1", Ready), ("b1", Ready), ("b2", Ready)])]);
     lab.check(&rs, Pod("c1"), "172.30.0.47:80", Expect::pods(&["a1"], false));
 }
 
@@ -372,7 +373,8 @@ fn s27_internal_traffic_local_without_a_local_endpoint_is_dropped() {
 fn s28_internal_traffic_local_does_not_apply_to_nodeports_and_load_balancers() {
     require_kernel!();
     let lab = lab("s28");
-    let rs = lab.program_objects(&[internal_local()], &[eps(&lab, "itl", &[("a1", Ready), ("b1", Ready), ("b2", Ready)])]);
+    let rs =
+        lab.program_objects(&[internal_local()], &[eps(&lab, "itl", &[("a1", Ready), ("b1", Ready), ("b2", Ready)])]);
     lab.check(&rs, Pod("c1"), &node_port(NODE1), Expect::pods(&["a1", "b1", "b2"], true));
     lab.check(&rs, Pod("c1"), "1.2.3.4:80", Expect::pods(&["a1", "b1", "b2"], true));
 }
@@ -381,7 +383,8 @@ fn s28_internal_traffic_local_does_not_apply_to_nodeports_and_load_balancers() {
 fn s29_external_to_an_internal_local_clusterip_is_local_and_masqueraded() {
     require_kernel!();
     let lab = lab("s29");
-    let rs = lab.program_objects(&[internal_local()], &[eps(&lab, "itl", &[("a1", Ready), ("b1", Ready), ("b2", Ready)])]);
+    let rs =
+        lab.program_objects(&[internal_local()], &[eps(&lab, "itl", &[("a1", Ready), ("b1", Ready), ("b2", Ready)])]);
     lab.check(&rs, External, "172.30.0.47:80", Expect::pods(&["a1"], true));
 }
 
@@ -389,8 +392,11 @@ fn s29_external_to_an_internal_local_clusterip_is_local_and_masqueraded() {
 fn s30_terminating_endpoints_are_ignored_while_ready_ones_exist() {
     require_kernel!();
     let lab = lab("s30");
-    let slice = eps(&lab, "web", &[("a1", Ready), ("a2", Ready), ("b1", Ready), ("b2", ServingTerminating)])
-        .address("10.244.2.99", "node2", TerminatingNotServing);
+    let slice = eps(&lab, "web", &[("a1", Ready), ("a2", Ready), ("b1", Ready), ("b2", ServingTerminating)]).address(
+        "10.244.2.99",
+        "node2",
+        TerminatingNotServing,
+    );
     let slice = Eps(verdict_model::source::EndpointSlice { ports: web_eps(&lab, &[]).0.ports, ..slice.0 });
     let rs = lab.program_objects(&[web()], &[slice]);
     lab.check(&rs, Pod("c1"), "172.30.0.41:80", Expect::pods(&["a1", "a2", "b1"], false));
@@ -480,7 +486,8 @@ fn s38_client_ip_affinity_sticks_until_the_timeout() {
     let client = lab.cluster.pod("c1");
     let addr = "172.30.0.51:80".parse().unwrap();
     let round = || -> BTreeSet<String> {
-        let outcomes: Vec<Outcome> = client.ns.run(|| (0..20).map(|_| probe::tcp(addr, Duration::from_secs(2))).collect());
+        let outcomes: Vec<Outcome> =
+            client.ns.run(|| (0..20).map(|_| probe::tcp(addr, Duration::from_secs(2))).collect());
         outcomes.iter().map(|o| o.reply().unwrap_or_else(|| panic!("failed: {o:?}")).backend.clone()).collect()
     };
     let mut chosen = BTreeSet::new();

@@ -1,26 +1,37 @@
-//! `verdict cleanup`: remove verdict's table.
+//! `verdict cleanup`: remove verdict's table, and what upstream kube-proxy left behind.
 
 use crate::cli::CleanupArgs;
-use anyhow::{Context, Result};
-use verdict_nft::netlink::Netlink;
-use verdict_nft::transaction::{Op, Transaction};
+use anyhow::{Context, Result, bail};
+use verdict_controller::leftovers::{LeftoverReport, remove_leftovers};
+use verdict_nft::netlink::{Netlink, TableFamily};
 
 /// `verdict cleanup`.
 pub fn run(args: &CleanupArgs) -> Result<()> {
     remove(&args.table)
 }
 
-/// Deletes the table if it exists.
+/// Deletes verdict's table and kube-proxy's leftovers (as `kube-proxy --cleanup` does).
 pub fn remove(table: &str) -> Result<()> {
     let mut nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
-    let exists = verdict_nft::observe::observe(&mut nl, table).context("reading the table")?.is_some();
-    if !exists {
-        tracing::info!("table inet {table} does not exist; nothing to clean up");
-        return Ok(());
+    if nl.delete_foreign_table(TableFamily::Inet, table).context("deleting the table")? {
+        tracing::info!("deleted table inet {table}");
+    } else {
+        tracing::info!("table inet {table} does not exist");
     }
-    let mut tx = Transaction::new(table);
-    tx.ops.push(Op::DeleteTable);
-    nl.commit(&tx).context("deleting the table")?;
-    tracing::info!("deleted table inet {table}");
+    let report = remove_leftovers();
+    log_leftovers(&report);
+    if !report.failed.is_empty() {
+        bail!("could not remove every leftover of kube-proxy: {}", report.failed.join("; "));
+    }
     Ok(())
+}
+
+/// Logs what leftover removal did.
+pub fn log_leftovers(report: &LeftoverReport) {
+    for line in &report.removed {
+        tracing::info!("removed kube-proxy leftover: {line}");
+    }
+    for line in &report.failed {
+        tracing::warn!("could not remove kube-proxy leftover: {line}");
+    }
 }

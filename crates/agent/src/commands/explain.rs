@@ -24,7 +24,8 @@ pub fn parse_destination(raw: &str) -> Result<(SocketAddr, Protocol)> {
 
 /// Prints where the packet ends and why.
 pub fn run(args: &ExplainArgs, cfg: &RulesConfig) -> Result<()> {
-    let src: IpAddr = parse_ip_tolerant(&args.src).with_context(|| format!("--src {:?} is not an address", args.src))?;
+    let src: IpAddr =
+        parse_ip_tolerant(&args.src).with_context(|| format!("--src {:?} is not an address", args.src))?;
     let (dst, protocol) = parse_destination(&args.dst)?;
     let mut extra = Vec::new();
     for raw in &args.node_address {

@@ -6,8 +6,8 @@ use anyhow::{Context, Result, anyhow};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::sync::Arc;
 use std::time::Duration;
-use verdict_controller::health::ProxyHealth;
 use verdict_controller::conntrack::ConntrackCleaner;
+use verdict_controller::health::ProxyHealth;
 use verdict_controller::metrics as m;
 use verdict_controller::service_health::ServiceHealthServer;
 use verdict_controller::sync::{ProblemNotice, SyncConfig, SyncLoop};
@@ -38,6 +38,9 @@ pub fn run(cfg: RunConfig) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(serve_endpoints(&cfg, prom, health.clone()))?;
 
+    if cfg.cleanup_leftovers {
+        super::cleanup::log_leftovers(&verdict_controller::leftovers::remove_leftovers());
+    }
     let nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
     let (tx, rx) = std::sync::mpsc::channel();
     let (notice_tx, notice_rx) = tokio::sync::mpsc::unbounded_channel::<ProblemNotice>();
@@ -111,8 +114,9 @@ async fn serve_endpoints(cfg: &RunConfig, prom: PrometheusHandle, health: Arc<Pr
         tracing::info!(%bound, "metrics: /metrics /proxyMode");
     }
     if let Some(addr) = cfg.healthz_addr {
-        let bound =
-            http::serve(addr, http::health_routes(health)).await.with_context(|| format!("serving health on {addr}"))?;
+        let bound = http::serve(addr, http::health_routes(health))
+            .await
+            .with_context(|| format!("serving health on {addr}"))?;
         tracing::info!(%bound, "health: /healthz /livez");
     }
     Ok(())

@@ -160,7 +160,10 @@ impl Lab {
         let node1 = &self.cluster.nodes[0];
         source::Node {
             name: NODE.into(),
-            addresses: vec![("InternalIP".into(), node1.ipv4.to_string()), ("InternalIP".into(), node1.ipv6.to_string())],
+            addresses: vec![
+                ("InternalIP".into(), node1.ipv4.to_string()),
+                ("InternalIP".into(), node1.ipv6.to_string()),
+            ],
             pod_cidrs: vec!["10.244.1.0/24".into(), "fd00:10:244:1::/64".into()],
             labels: self.zone.iter().map(|z| ("topology.kubernetes.io/zone".to_string(), z.clone())).collect(),
             ..source::Node::default()
@@ -250,7 +253,10 @@ impl Lab {
                 for o in outcomes {
                     let r = o.reply().ok_or_else(|| format!("a connection failed: {o:?}"))?;
                     if r.masqueraded() != *masquerade {
-                        return Err(format!("{} saw source {}:{} (masquerade expected: {masquerade})", r.backend, r.peer, r.peer_port));
+                        return Err(format!(
+                            "{} saw source {}:{} (masquerade expected: {masquerade})",
+                            r.backend, r.peer, r.peer_port
+                        ));
                     }
                     seen.insert(r.backend.as_str());
                 }

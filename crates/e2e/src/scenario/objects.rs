@@ -30,7 +30,12 @@ impl Svc {
 
     /// Adds a port with a NodePort (and makes the Service a NodePort one if it was ClusterIP).
     pub fn node_port(mut self, name: &str, protocol: &str, port: i32, node_port: i32) -> Svc {
-        self.0.ports.push(ServicePortSpec { name: name.into(), protocol: protocol.into(), port, node_port: Some(node_port) });
+        self.0.ports.push(ServicePortSpec {
+            name: name.into(),
+            protocol: protocol.into(),
+            port,
+            node_port: Some(node_port),
+        });
         if self.0.service_type == "ClusterIP" {
             self.0.service_type = "NodePort".into();
         }
@@ -40,7 +45,8 @@ impl Svc {
     /// Makes it a LoadBalancer with these ingress IPs.
     pub fn load_balancer(mut self, ips: &[&str]) -> Svc {
         self.0.service_type = "LoadBalancer".into();
-        self.0.load_balancer_ingress
+        self.0
+            .load_balancer_ingress
             .extend(ips.iter().map(|ip| LoadBalancerIngress { ip: ip.to_string(), ip_mode: None }));
         self
     }

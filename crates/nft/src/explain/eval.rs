@@ -2,7 +2,8 @@
 
 use super::{Host, Packet};
 use crate::rule::{
-    CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Rule, Selector, Stmt, Value, decode_concat, encode_concat,
+    CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Rule, Selector, Stmt, Value, decode_concat,
+    encode_concat,
 };
 use crate::ruleset::{ElemData, Ruleset, Verdict};
 use crate::text::{rule_text, value};

@@ -1,0 +1,186 @@
+//! Every kustomization under `deploy/` renders (`kubectl kustomize`, offline), every object it
+//! yields parses as its Kubernetes type without losing a field (a typo fails here, not in a
+//! cluster), and the DaemonSets say what a node agent must: host network, node-critical,
+//! every taint tolerated, capabilities instead of privileged, probes on /livez and /healthz.
+//! The KubeProxyConfiguration shipped is accepted by `verdict` itself.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+/// Renders a kustomization directory with kubectl (or a standalone kustomize).
+fn kustomize(dir: &Path) -> String {
+    let attempts: [(&str, &[&str]); 2] = [("kubectl", &["kustomize"]), ("kustomize", &["build"])];
+    for (program, args) in attempts {
+        match Command::new(program).args(args).arg(dir).output() {
+            Ok(out) if out.status.success() => return String::from_utf8(out.stdout).unwrap(),
+            Ok(out) => panic!("{program} {args:?} {} failed: {}", dir.display(), String::from_utf8_lossy(&out.stderr)),
+            Err(_) => continue,
+        }
+    }
+    panic!(
+        "neither kubectl nor kustomize is installed: this test renders deploy/ with one of them (.ci/run installs kubectl)"
+    )
+}
+
+/// Parses `doc` as `T` and checks that serializing it back gives the same document: a field
+/// the type does not know (a typo) would be lost.
+fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value, what: &str) -> T {
+    let object: T = serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let back = serde_json::to_value(&object).unwrap();
+    assert_eq!(&back, doc, "{what}: some field is not part of the Kubernetes type (typo?)");
+    object
+}
+
+struct Rendered {
+    daemonsets: Vec<DaemonSet>,
+    config_maps: Vec<ConfigMap>,
+    roles: Vec<ClusterRole>,
+    bindings: Vec<ClusterRoleBinding>,
+}
+
+fn render(name: &str) -> Rendered {
+    let text = kustomize(&deploy().join(name));
+    let mut out = Rendered { daemonsets: vec![], config_maps: vec![], roles: vec![], bindings: vec![] };
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        let what = format!("{name}: {kind} {}", doc["metadata"]["name"]);
+        match kind.as_str() {
+            "DaemonSet" => out.daemonsets.push(typed(&doc, &what)),
+            "ConfigMap" => out.config_maps.push(typed(&doc, &what)),
+            "ClusterRole" => out.roles.push(typed(&doc, &what)),
+            "ClusterRoleBinding" => out.bindings.push(typed(&doc, &what)),
+            "ServiceAccount" => drop(typed::<ServiceAccount>(&doc, &what)),
+            "Namespace" => drop(typed::<Namespace>(&doc, &what)),
+            other => panic!("{what}: unexpected kind {other}"),
+        }
+    }
+    out
+}
+
+fn check_agent(ds: &DaemonSet, what: &str) {
+    let spec = ds.spec.as_ref().unwrap();
+    let strategy = spec.update_strategy.as_ref().unwrap();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"), "{what}");
+    let unavailable = strategy.rolling_update.as_ref().unwrap().max_unavailable.as_ref().unwrap();
+    assert_eq!(*unavailable, k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1), "{what}");
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.host_network, Some(true), "{what}: host network");
+    assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"), "{what}");
+    let tolerations = pod.tolerations.as_ref().unwrap();
+    assert!(
+        tolerations.iter().any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()),
+        "{what}: tolerate all"
+    );
+    let c = &pod.containers[0];
+    let sc = c.security_context.as_ref().unwrap();
+    assert_ne!(sc.privileged, Some(true), "{what}: not privileged");
+    let add = sc.capabilities.as_ref().unwrap().add.clone().unwrap();
+    assert!(add.contains(&"NET_ADMIN".to_string()), "{what}: NET_ADMIN");
+    let path =
+        |p: &Option<k8s_openapi::api::core::v1::Probe>| p.as_ref().unwrap().http_get.as_ref().unwrap().path.clone();
+    assert_eq!(path(&c.liveness_probe).as_deref(), Some("/livez"), "{what}");
+    assert_eq!(path(&c.readiness_probe).as_deref(), Some("/healthz"), "{what}");
+    let mounts = c.volume_mounts.as_ref().unwrap();
+    assert!(
+        mounts.iter().any(|m| m.mount_path == "/lib/modules" && m.read_only == Some(true)),
+        "{what}: /lib/modules ro"
+    );
+}
+
+/// Only reads, and Events: no wildcard, nothing else writable.
+fn check_least_privilege(role: &ClusterRole) {
+    for rule in role.rules.as_ref().unwrap() {
+        let resources = rule.resources.clone().unwrap_or_default();
+        assert!(!rule.verbs.iter().any(|v| v == "*") && !resources.iter().any(|r| r == "*"), "{rule:?}");
+        let writes: Vec<&String> =
+            rule.verbs.iter().filter(|v| !["get", "list", "watch"].contains(&v.as_str())).collect();
+        if !writes.is_empty() {
+            assert_eq!(resources, ["events"], "only Events may be written: {rule:?}");
+            assert!(writes.iter().all(|v| ["create", "patch"].contains(&v.as_str())), "{rule:?}");
+        }
+    }
+    let readable: Vec<String> =
+        role.rules.as_ref().unwrap().iter().flat_map(|r| r.resources.clone().unwrap_or_default()).collect();
+    for needed in ["services", "endpointslices", "nodes", "servicecidrs", "events"] {
+        assert!(readable.iter().any(|r| r == needed), "the role must cover {needed}");
+    }
+}
+
+/// `verdict render --config <the shipped config>` accepts it.
+fn check_config_accepted(cm: &ConfigMap) {
+    let text = &cm.data.as_ref().unwrap()["config.conf"];
+    let dir = std::env::temp_dir().join(format!("verdict-deploy-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("manifests")).unwrap();
+    std::fs::write(dir.join("config.conf"), text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["render", "--hostname-override", "n1", "--config"])
+        .arg(dir.join("config.conf"))
+        .arg("--manifests")
+        .arg(dir.join("manifests"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "verdict refuses the shipped config: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn the_base_renders_and_parses() {
+    let r = render("base");
+    assert_eq!(r.daemonsets.len(), 1);
+    check_agent(&r.daemonsets[0], "base DaemonSet");
+    check_least_privilege(&r.roles[0]);
+    assert_eq!(r.bindings[0].subjects.as_ref().unwrap()[0].name, "verdict");
+    check_config_accepted(&r.config_maps[0]);
+}
+
+#[test]
+fn the_kind_overlay_uses_the_loaded_image_and_kinds_pod_network() {
+    let r = render("overlays/kind");
+    let c = &r.daemonsets[0].spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    assert_eq!(c.image.as_deref(), Some("verdict:dev"));
+    assert_eq!(c.image_pull_policy.as_deref(), Some("Never"));
+    check_agent(&r.daemonsets[0], "kind DaemonSet");
+    let config = &r.config_maps[0].data.as_ref().unwrap()["config.conf"];
+    assert!(config.contains("clusterCIDR: 10.244.0.0/16"), "{config}");
+    check_config_accepted(&r.config_maps[0]);
+}
+
+#[test]
+fn the_kubeadm_overlay_replaces_kube_proxy_in_place() {
+    let r = render("overlays/kubeadm");
+    let ds = &r.daemonsets[0];
+    assert_eq!(ds.metadata.name.as_deref(), Some("kube-proxy"));
+    assert_eq!(ds.metadata.namespace.as_deref(), Some("kube-system"));
+    check_agent(ds, "kubeadm DaemonSet");
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("kube-proxy"));
+    let command = pod.containers[0].command.clone().unwrap();
+    assert!(command[0].ends_with("/kube-proxy"), "{command:?}");
+    assert_eq!(command[1..], ["--config=/var/lib/kube-proxy/config.conf", "--hostname-override=$(NODE_NAME)"]);
+    let volumes = pod.volumes.as_ref().unwrap();
+    assert!(
+        volumes.iter().any(|v| v.config_map.as_ref().is_some_and(|c| c.name == "kube-proxy")),
+        "kubeadm's ConfigMap"
+    );
+    assert!(r.config_maps.is_empty(), "kubeadm's own kube-proxy ConfigMap is used, not a new one");
+    assert_eq!(r.bindings[0].subjects.as_ref().unwrap()[0].name, "kube-proxy");
+    check_least_privilege(&r.roles[0]);
+}
+
+#[test]
+fn the_kind_cluster_has_no_kube_proxy_and_two_workers() {
+    let text = std::fs::read_to_string(deploy().join("kind/cluster.yaml")).unwrap();
+    let doc: Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(doc["networking"]["kubeProxyMode"], "none");
+    let roles: Vec<&str> = doc["nodes"].as_array().unwrap().iter().map(|n| n["role"].as_str().unwrap()).collect();
+    assert_eq!(roles.iter().filter(|r| **r == "worker").count(), 2, "{roles:?}");
+}

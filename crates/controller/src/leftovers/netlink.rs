@@ -1,0 +1,310 @@
+//! The few netlink requests the ipvs cleanup needs, built and parsed in plain Rust and sent over
+//! `mnl`'s safe socket: delete a link by name (rtnetlink), resolve a generic-netlink family,
+//! dump and flush IPVS virtual servers.
+
+use nix::errno::Errno;
+use std::io;
+
+const NLMSG_HDRLEN: usize = 16;
+const NLA_HDRLEN: usize = 4;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_DUMP: u16 = 0x300;
+
+const RTM_DELLINK: u16 = 17;
+const IFLA_IFNAME: u16 = 3;
+/// `struct ifinfomsg`: family, pad, type, index, flags, change.
+const IFINFOMSG_LEN: usize = 16;
+
+const GENL_ID_CTRL: u16 = 0x10;
+const CTRL_CMD_GETFAMILY: u8 = 3;
+const CTRL_ATTR_FAMILY_ID: u16 = 1;
+const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+/// `struct genlmsghdr`: cmd, version, reserved.
+const GENLMSGHDR_LEN: usize = 4;
+
+/// The IPVS generic-netlink family (`IPVS_GENL_NAME`, `IPVS_GENL_VERSION`).
+pub(crate) const IPVS_FAMILY: &str = "IPVS";
+const IPVS_GENL_VERSION: u8 = 1;
+const IPVS_CMD_GET_SERVICE: u8 = 4;
+const IPVS_CMD_FLUSH: u8 = 17;
+
+fn align4(n: usize) -> usize {
+    n.div_ceil(4) * 4
+}
+
+/// One netlink message: header, then `payload` (padded).
+fn message(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let len = NLMSG_HDRLEN + payload.len();
+    let mut buf = Vec::with_capacity(align4(len));
+    buf.extend_from_slice(&(len as u32).to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(&flags.to_ne_bytes());
+    buf.extend_from_slice(&seq.to_ne_bytes());
+    buf.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills in ours
+    buf.extend_from_slice(payload);
+    buf.resize(align4(len), 0);
+    buf
+}
+
+/// Appends a NUL-terminated string attribute (padded).
+fn put_str_attr(buf: &mut Vec<u8>, kind: u16, value: &str) {
+    let len = NLA_HDRLEN + value.len() + 1;
+    buf.extend_from_slice(&(len as u16).to_ne_bytes());
+    buf.extend_from_slice(&kind.to_ne_bytes());
+    buf.extend_from_slice(value.as_bytes());
+    buf.push(0);
+    buf.resize(buf.len() + align4(len) - len, 0);
+}
+
+/// RTM_DELLINK for the link called `name` (index 0: the kernel looks the name up).
+pub(crate) fn del_link_by_name(seq: u32, name: &str) -> Vec<u8> {
+    let mut payload = vec![0u8; IFINFOMSG_LEN];
+    put_str_attr(&mut payload, IFLA_IFNAME, name);
+    message(RTM_DELLINK, NLM_F_REQUEST | NLM_F_ACK, seq, &payload)
+}
+
+fn genl_message(kind: u16, flags: u16, seq: u32, cmd: u8, version: u8, attrs: &[u8]) -> Vec<u8> {
+    let mut payload = vec![cmd, version, 0, 0];
+    payload.extend_from_slice(attrs);
+    message(kind, flags, seq, &payload)
+}
+
+/// CTRL_CMD_GETFAMILY for the generic-netlink family called `name`.
+pub(crate) fn get_family(seq: u32, name: &str) -> Vec<u8> {
+    let mut attrs = Vec::new();
+    put_str_attr(&mut attrs, CTRL_ATTR_FAMILY_NAME, name);
+    genl_message(GENL_ID_CTRL, NLM_F_REQUEST | NLM_F_ACK, seq, CTRL_CMD_GETFAMILY, 1, &attrs)
+}
+
+/// IPVS_CMD_GET_SERVICE as a dump: one reply per virtual server.
+pub(crate) fn ipvs_dump_services(seq: u32, family: u16) -> Vec<u8> {
+    genl_message(family, NLM_F_REQUEST | NLM_F_DUMP, seq, IPVS_CMD_GET_SERVICE, IPVS_GENL_VERSION, &[])
+}
+
+/// IPVS_CMD_FLUSH: delete every virtual server (and its real servers).
+pub(crate) fn ipvs_flush(seq: u32, family: u16) -> Vec<u8> {
+    genl_message(family, NLM_F_REQUEST | NLM_F_ACK, seq, IPVS_CMD_FLUSH, IPVS_GENL_VERSION, &[])
+}
+
+/// One received message, as far as these requests care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// A data message; its payload (after the netlink header).
+    Data(Vec<u8>),
+    /// The acknowledgement of a request.
+    Ack,
+    /// The kernel refused the request.
+    Error(Errno),
+    /// End of a dump.
+    Done,
+}
+
+/// Splits a receive buffer into (sequence number, reply) pairs; stops at a malformed message.
+pub(crate) fn parse_replies(buf: &[u8]) -> Vec<(u32, Reply)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + NLMSG_HDRLEN <= buf.len() {
+        let word = |o: usize| u32::from_ne_bytes([buf[at + o], buf[at + o + 1], buf[at + o + 2], buf[at + o + 3]]);
+        let len = word(0) as usize;
+        if len < NLMSG_HDRLEN || at + len > buf.len() {
+            break;
+        }
+        let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
+        let seq = word(8);
+        let payload = &buf[at + NLMSG_HDRLEN..at + len];
+        let reply = match kind {
+            NLMSG_DONE => Reply::Done,
+            NLMSG_ERROR => match payload.get(..4) {
+                Some(b) => match -i32::from_ne_bytes([b[0], b[1], b[2], b[3]]) {
+                    0 => Reply::Ack,
+                    errno => Reply::Error(Errno::from_raw(errno)),
+                },
+                None => Reply::Error(Errno::EBADMSG),
+            },
+            _ => Reply::Data(payload.to_vec()),
+        };
+        out.push((seq, reply));
+        at += align4(len);
+    }
+    out
+}
+
+/// The family id in a CTRL_CMD_GETFAMILY reply payload (genl header, then attributes).
+pub(crate) fn family_id(payload: &[u8]) -> Option<u16> {
+    let mut at = GENLMSGHDR_LEN;
+    while at + NLA_HDRLEN <= payload.len() {
+        let len = u16::from_ne_bytes([payload[at], payload[at + 1]]) as usize;
+        let kind = u16::from_ne_bytes([payload[at + 2], payload[at + 3]]) & 0x3fff;
+        if len < NLA_HDRLEN || at + len > payload.len() {
+            return None;
+        }
+        if kind == CTRL_ATTR_FAMILY_ID && len >= NLA_HDRLEN + 2 {
+            return Some(u16::from_ne_bytes([payload[at + 4], payload[at + 5]]));
+        }
+        at += align4(len);
+    }
+    None
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RequestError {
+    /// The socket failed.
+    #[error("netlink I/O failed: {0}")]
+    Io(#[from] io::Error),
+    /// The kernel answered with an error.
+    #[error("{0}")]
+    Kernel(Errno),
+}
+
+/// A netlink socket (in the calling thread's namespace) for one request at a time.
+pub(crate) struct Socket {
+    sock: mnl::Socket,
+    buf: Vec<u8>,
+    seq: u32,
+}
+
+const RECV_BUF: usize = 1 << 17;
+
+impl Socket {
+    /// Opens and binds a socket on `bus`.
+    pub(crate) fn open(bus: mnl::Bus) -> io::Result<Socket> {
+        // Headroom so that an aligned receive window always fits.
+        Ok(Socket { sock: mnl::Socket::new(bus)?, buf: vec![0; RECV_BUF + 8], seq: 0 })
+    }
+
+    /// A fresh sequence number for the next request.
+    pub(crate) fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    /// Sends `msg` (whose sequence number is `seq`) and returns the data replies to it, up to
+    /// its acknowledgement or the end of the dump.
+    pub(crate) fn request(&mut self, msg: &[u8], seq: u32) -> Result<Vec<Vec<u8>>, RequestError> {
+        self.sock.send(msg)?;
+        let mut data = Vec::new();
+        loop {
+            // mnl wants the receive buffer aligned like a netlink header.
+            let start = self.buf.as_ptr().align_offset(4);
+            let window = &mut self.buf[start..start + RECV_BUF];
+            let n = self.sock.recv_raw(window)?;
+            if n == 0 {
+                return Err(RequestError::Io(io::Error::from(io::ErrorKind::UnexpectedEof)));
+            }
+            for (reply_seq, reply) in parse_replies(&window[..n]) {
+                if reply_seq != seq {
+                    continue; // a late reply to an earlier request
+                }
+                match reply {
+                    Reply::Data(payload) => data.push(payload),
+                    Reply::Ack | Reply::Done => return Ok(data),
+                    Reply::Error(errno) => return Err(RequestError::Kernel(errno)),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u16_at(buf: &[u8], at: usize) -> u16 {
+        u16::from_ne_bytes([buf[at], buf[at + 1]])
+    }
+
+    fn u32_at(buf: &[u8], at: usize) -> u32 {
+        u32::from_ne_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    #[test]
+    fn dellink_is_an_ifinfomsg_with_the_name_like_ip_link_del() {
+        // `ip link del kube-ipvs0` without an index: header (16), ifinfomsg (16, all zero),
+        // IFLA_IFNAME (4 + "kube-ipvs0\0" = 15, padded to 16).
+        let msg = del_link_by_name(9, "kube-ipvs0");
+        assert_eq!(msg.len(), 48);
+        assert_eq!(u32_at(&msg, 0), 48);
+        assert_eq!(u16_at(&msg, 4), 17, "RTM_DELLINK");
+        assert_eq!(u16_at(&msg, 6), 0x5, "NLM_F_REQUEST | NLM_F_ACK");
+        assert_eq!(u32_at(&msg, 8), 9);
+        assert_eq!(&msg[16..32], &[0; 16]);
+        assert_eq!(u16_at(&msg, 32), 15);
+        assert_eq!(u16_at(&msg, 34), 3, "IFLA_IFNAME");
+        assert_eq!(&msg[36..47], b"kube-ipvs0\0");
+        assert_eq!(msg[47], 0, "padding");
+    }
+
+    #[test]
+    fn getfamily_asks_the_controller_by_name() {
+        let msg = get_family(1, IPVS_FAMILY);
+        // header 16 + genlmsghdr 4 + attribute 4 + "IPVS\0" (9, padded to 12).
+        assert_eq!(msg.len(), 32);
+        assert_eq!(u32_at(&msg, 0), 32, "attribute padding counts, as with libmnl");
+        assert_eq!(u16_at(&msg, 4), 0x10, "GENL_ID_CTRL");
+        assert_eq!(u16_at(&msg, 6), 0x5);
+        assert_eq!(&msg[16..20], &[3, 1, 0, 0], "CTRL_CMD_GETFAMILY, version 1");
+        assert_eq!(u16_at(&msg, 20), 9);
+        assert_eq!(u16_at(&msg, 22), 2, "CTRL_ATTR_FAMILY_NAME");
+        assert_eq!(&msg[24..29], b"IPVS\0");
+    }
+
+    #[test]
+    fn ipvs_requests_use_the_resolved_family() {
+        let dump = ipvs_dump_services(4, 0x25);
+        assert_eq!(dump.len(), 20);
+        assert_eq!(u16_at(&dump, 4), 0x25);
+        assert_eq!(u16_at(&dump, 6), 0x301, "NLM_F_REQUEST | NLM_F_DUMP, no ACK");
+        assert_eq!(&dump[16..20], &[4, 1, 0, 0], "IPVS_CMD_GET_SERVICE, version 1");
+        let flush = ipvs_flush(5, 0x25);
+        assert_eq!(u16_at(&flush, 6), 0x5);
+        assert_eq!(&flush[16..20], &[17, 1, 0, 0], "IPVS_CMD_FLUSH");
+    }
+
+    fn reply(kind: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        message(kind, 0, seq, payload)
+    }
+
+    #[test]
+    fn parses_acks_errors_data_and_done() {
+        let mut buf = Vec::new();
+        let mut ack = 0i32.to_ne_bytes().to_vec();
+        ack.extend_from_slice(&[0; 16]);
+        buf.extend(reply(NLMSG_ERROR, 1, &ack));
+        let mut enodev = (-19i32).to_ne_bytes().to_vec();
+        enodev.extend_from_slice(&[0; 16]);
+        buf.extend(reply(NLMSG_ERROR, 2, &enodev));
+        buf.extend(reply(0x25, 3, &[4, 1, 0, 0, 1, 2])); // padded to 24
+        buf.extend(reply(NLMSG_DONE, 3, &0i32.to_ne_bytes()));
+        buf.extend_from_slice(&[1, 2, 3]); // a truncated tail is ignored
+        assert_eq!(
+            parse_replies(&buf),
+            [
+                (1, Reply::Ack),
+                (2, Reply::Error(Errno::ENODEV)),
+                (3, Reply::Data(vec![4, 1, 0, 0, 1, 2])),
+                (3, Reply::Done),
+            ]
+        );
+    }
+
+    #[test]
+    fn finds_the_family_id_among_the_attributes() {
+        // genlmsghdr, CTRL_ATTR_FAMILY_NAME "IPVS", CTRL_ATTR_FAMILY_ID 0x25, CTRL_ATTR_VERSION.
+        let mut payload = vec![1, 2, 0, 0];
+        put_str_attr(&mut payload, CTRL_ATTR_FAMILY_NAME, "IPVS");
+        payload.extend_from_slice(&6u16.to_ne_bytes());
+        payload.extend_from_slice(&CTRL_ATTR_FAMILY_ID.to_ne_bytes());
+        payload.extend_from_slice(&0x25u16.to_ne_bytes());
+        payload.extend_from_slice(&[0, 0]);
+        payload.extend_from_slice(&8u16.to_ne_bytes());
+        payload.extend_from_slice(&3u16.to_ne_bytes());
+        payload.extend_from_slice(&1u32.to_ne_bytes());
+        assert_eq!(family_id(&payload), Some(0x25));
+        assert_eq!(family_id(&payload[..12]), None, "no id attribute");
+        assert_eq!(family_id(&[1, 2, 0, 0, 200, 0, 1, 0]), None, "attribute overruns the message");
+    }
+}

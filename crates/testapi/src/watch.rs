@@ -1,0 +1,221 @@
+//! WATCH: a chunked HTTP response carrying one JSON watch event per line.
+//!
+//! The stream replays history after the requested resourceVersion (or sends the current
+//! state as synthetic `ADDED` events), then forwards live changes, interleaved with periodic
+//! `BOOKMARK`s when the client allows them. It ends after `timeoutSeconds`, after an `ERROR`
+//! event (410 for a compacted resourceVersion, as the real server does mid-stream rather than
+//! as an HTTP error), or when the test ends all watches.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::output::Output;
+use crate::query::Query;
+use crate::resource::ResourceType;
+use crate::selector::Filter;
+use crate::status::ApiError;
+use crate::store::{Store, Termination, TypeIdx, WatchHandle, WatchItem, WatchStart};
+
+/// The real server's default when `timeoutSeconds` is absent is a random 30-60 minutes.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The validated parameters of a watch request.
+#[derive(Debug, Clone, PartialEq)]
+struct WatchRequest {
+    start: WatchStart,
+    bookmarks: bool,
+    timeout: Duration,
+}
+
+fn parse(query: &Query) -> Result<WatchRequest, ApiError> {
+    let bookmarks = query.flag("allowWatchBookmarks")?.unwrap_or(false);
+    let send_initial_events = query.flag("sendInitialEvents")?;
+    let rv = query.resource_version()?.filter(|&rv| rv != 0);
+    let timeout = match query.number("timeoutSeconds")? {
+        Some(0) | None => DEFAULT_TIMEOUT,
+        Some(secs) => Duration::from_secs(secs),
+    };
+
+    // The API server's validation of streaming-list parameters (ValidateListOptions).
+    let rv_match = query.get("resourceVersionMatch");
+    match (send_initial_events, rv_match) {
+        (None, Some(_)) => {
+            return Err(ApiError::invalid(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ));
+        }
+        (Some(_), m) if m != Some("NotOlderThan") => {
+            return Err(ApiError::invalid(
+                "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan",
+            ));
+        }
+        (Some(true), _) if !bookmarks => {
+            return Err(ApiError::invalid("sendInitialEvents requires setting allowWatchBookmarks to true"));
+        }
+        _ => {}
+    }
+
+    let start = match (send_initial_events, rv) {
+        // Streaming list: the state (at least as new as `rv`) as ADDED events, then the
+        // bookmark annotated `k8s.io/initial-events-end`.
+        (Some(true), _) => WatchStart::Now { synthetic_adds: true, initial_end_bookmark: true },
+        (Some(false), None) => WatchStart::Now { synthetic_adds: false, initial_end_bookmark: false },
+        // Legacy "0"/unset: "Get State and Start at Any/Most Recent", i.e. synthetic ADDEDs.
+        (None, None) => WatchStart::Now { synthetic_adds: true, initial_end_bookmark: false },
+        (_, Some(rv)) => WatchStart::After(rv),
+    };
+    Ok(WatchRequest { start, bookmarks, timeout })
+}
+
+/// Validates a watch request and returns the stream of response chunks.
+pub(crate) fn watch(
+    store: Arc<Store>,
+    (ty_idx, ty): (TypeIdx, &ResourceType),
+    filter: Filter,
+    query: &Query,
+    output: Output,
+) -> Result<impl Stream<Item = io::Result<Bytes>> + Send + 'static, ApiError> {
+    let request = parse(query)?;
+    // A streaming list "not older than" a future RV cannot be served yet.
+    if let (WatchStart::Now { .. }, Some(rv)) = (request.start, query.resource_version()?) {
+        let current = store.current_rv();
+        if rv > current {
+            return Err(ApiError::too_large_resource_version(rv, current));
+        }
+    }
+    let (handle, initial) = store.watch(ty_idx, filter, request.start);
+    let ends_with_error = matches!(initial.last(), Some(WatchItem::Error(_)));
+    let now = Instant::now();
+    let session = Session {
+        next_bookmark: now + store.bookmark_interval(),
+        store,
+        handle,
+        pending: initial.into(),
+        finish_after_pending: ends_with_error,
+        deadline: now + request.timeout,
+        bookmarks: request.bookmarks,
+        ty: ty.clone(),
+        output,
+        done: false,
+    };
+    Ok(futures::stream::unfold(session, |mut s| async move { s.next_chunk().await.map(|chunk| (chunk, s)) }))
+}
+
+/// The state of one open watch response.
+struct Session {
+    store: Arc<Store>,
+    handle: WatchHandle,
+    /// Events decided at registration time (replay, synthetic ADDEDs, an ERROR).
+    pending: VecDeque<WatchItem>,
+    finish_after_pending: bool,
+    deadline: Instant,
+    bookmarks: bool,
+    next_bookmark: Instant,
+    ty: ResourceType,
+    output: Output,
+    done: bool,
+}
+
+impl Session {
+    /// The next line to send; `None` ends the response cleanly, an error breaks the connection.
+    async fn next_chunk(&mut self) -> Option<io::Result<Bytes>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if self.handle.termination.has_changed().unwrap_or(true) {
+                return self.terminate();
+            }
+            if let Some(item) = self.pending.pop_front() {
+                return Some(Ok(self.encode(item)));
+            }
+            if self.finish_after_pending {
+                return None;
+            }
+            let next_bookmark = self.next_bookmark;
+            tokio::select! {
+                biased;
+                _ = self.handle.termination.changed() => return self.terminate(),
+                _ = tokio::time::sleep_until(self.deadline) => return None,
+                item = self.handle.rx.recv() => return item.map(|item| Ok(self.encode(item))),
+                _ = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
+                    // Queued through the store so it lands behind every event it covers.
+                    self.store.bookmark(self.handle.id);
+                    self.next_bookmark = Instant::now() + self.store.bookmark_interval();
+                }
+            }
+        }
+    }
+
+    fn terminate(&mut self) -> Option<io::Result<Bytes>> {
+        self.done = true;
+        match self.handle.termination.borrow_and_update().1 {
+            Termination::Abort => {
+                Some(Err(io::Error::new(io::ErrorKind::ConnectionAborted, "watch connection broken by the test")))
+            }
+            Termination::Close | Termination::None => None,
+        }
+    }
+
+    fn encode(&self, item: WatchItem) -> Bytes {
+        let event = match item {
+            WatchItem::Event(kind, object) => json!({"type": kind, "object": self.output.object(object)}),
+            WatchItem::Bookmark { rv, initial_end } => {
+                let (api_version, kind) = self.output.bookmark_type(&self.ty);
+                let mut metadata = json!({"resourceVersion": rv.to_string()});
+                if initial_end {
+                    metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+                }
+                json!({"type": "BOOKMARK", "object": {"apiVersion": api_version, "kind": kind, "metadata": metadata}})
+            }
+            WatchItem::Error(err) => json!({"type": "ERROR", "object": err.to_status()}),
+        };
+        line(&event)
+    }
+}
+
+fn line(value: &Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).expect("JSON values serialize");
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(q: &str) -> Result<WatchRequest, ApiError> {
+        parse(&Query::parse(q))
+    }
+
+    #[test]
+    fn watch_parameters() {
+        let r = parse_str("watch=true&timeoutSeconds=5&allowWatchBookmarks=true&resourceVersion=12").unwrap();
+        assert_eq!(r.start, WatchStart::After(12));
+        assert!(r.bookmarks);
+        assert_eq!(r.timeout, Duration::from_secs(5));
+
+        let r = parse_str("watch=1&resourceVersion=0").unwrap();
+        assert_eq!(r.start, WatchStart::Now { synthetic_adds: true, initial_end_bookmark: false });
+
+        let r = parse_str(
+            "watch=true&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0",
+        )
+        .unwrap();
+        assert_eq!(r.start, WatchStart::Now { synthetic_adds: true, initial_end_bookmark: true });
+
+        assert_eq!(
+            parse_str("watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan").unwrap_err().code,
+            422
+        );
+        assert_eq!(parse_str("watch=true&resourceVersionMatch=NotOlderThan").unwrap_err().code, 422);
+        assert_eq!(parse_str("watch=true&resourceVersion=abc").unwrap_err().code, 400);
+    }
+}
