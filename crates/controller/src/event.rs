@@ -34,6 +34,9 @@ pub enum Object {
 }
 
 /// One thing a source observed.
+// Nearly every event is an `Apply`: boxing it would add an allocation per event and save no
+// memory.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// An object was added or changed (or listed).

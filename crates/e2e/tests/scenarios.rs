@@ -596,7 +596,7 @@ fn topology_zone_hints_keep_traffic_in_the_nodes_zone() {
         .for_zones(&["zone-a"])
         .pod(&lab, "b1", Ready)
         .for_zones(&["zone-b"]);
-    let rs = lab.program_objects(&[web()], &[hinted.clone()]);
+    let rs = lab.program_objects(&[web()], std::slice::from_ref(&hinted));
     lab.check(&rs, Pod("c1"), "172.30.0.41:80", Expect::pods(&["a1"], false));
     // One ready endpoint without hints turns the filtering off.
     let rs = lab.program_objects(&[web()], &[hinted.pod(&lab, "b2", Ready)]);

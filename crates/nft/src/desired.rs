@@ -134,7 +134,7 @@ impl DesiredTable {
         let wanted = self.keep_slots(&before, after.elements);
         let new_keys: std::collections::HashSet<(&str, Blob)> =
             wanted.iter().map(|(s, k, _)| (s.as_str(), *k)).collect();
-        for ((set, key), _) in &old {
+        for (set, key) in old.keys() {
             if !new_keys.contains(&(*set, *key)) {
                 self.remove_element(set, *key);
             }
@@ -335,7 +335,7 @@ impl DesiredTable {
             }
         }
         for elems in changes.elements.values_mut() {
-            elems.sort_by(|a, b| a.0.cmp(&b.0));
+            elems.sort_by_key(|e| e.0);
         }
         emit(changes, &self.ruleset, true)
     }

@@ -20,6 +20,9 @@ pub struct Plan {
     pub result: Ruleset,
 }
 
+/// One element's key, before and after.
+pub(crate) type ElementChange = (Blob, Option<Elem>, Option<Elem>);
+
 /// What differs, object by object: before (kernel) and after (desired) of each.
 #[derive(Default, Debug)]
 pub(crate) struct ChangeSet {
@@ -28,7 +31,7 @@ pub(crate) struct ChangeSet {
     /// Sets created, removed or recreated (declaration or capacity changed).
     pub sets: Vec<(String, Option<SetDecl>, Option<SetDecl>)>,
     /// Element changes of sets that stay as they are declared.
-    pub elements: BTreeMap<String, Vec<(Blob, Option<Elem>, Option<Elem>)>>,
+    pub elements: BTreeMap<String, Vec<ElementChange>>,
 }
 
 /// Plans the move from `committed` (`None`: our table does not exist) to `desired`.
