@@ -5,6 +5,7 @@
 //! nftables table lives in a namespace created by the harness, and traffic only goes to
 //! addresses inside those namespaces.
 
+pub mod apilab;
 pub mod dataplane;
 pub mod fixtures;
 pub mod netns;

@@ -1,0 +1,108 @@
+//! The controller as it runs in the agent (kube-rs watchers, the sync loop) against the test
+//! API server over TCP, programming a namespace's kernel table.
+
+use std::time::Duration;
+use verdict_e2e::apilab::{ApiLab, Controller, node, service, slice};
+use verdict_e2e::require_kernel;
+
+const SYNC: Duration = Duration::from_secs(10);
+const SERVICES: &str = "/api/v1/services";
+const SLICES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
+
+fn ips(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A lab with node n1 and `n` Services `svc-i` (172.30.1.i) with one endpoint each, and its
+/// controller past the first sync.
+fn started(tag: &str, n: usize) -> (ApiLab, Controller) {
+    let lab = ApiLab::new(tag).unwrap();
+    lab.server.apply(node("n1", "192.168.0.2"));
+    for i in 0..n {
+        lab.server.apply(service("ns1", &format!("svc-{i}"), &format!("172.30.1.{i}"), 80));
+        lab.server.apply(slice("ns1", &format!("svc-{i}"), &ips(&[&format!("10.0.1.{i}")]), None));
+    }
+    let c = lab.controller("n1", Duration::from_millis(50)).unwrap();
+    let first = c.next(Duration::from_secs(30)).unwrap();
+    assert!(first.error.is_none() && first.full, "{first:?}");
+    (lab, c)
+}
+
+/// The next sync, which must succeed and be partial.
+fn next_partial(c: &Controller) -> verdict_controller::sync::SyncReport {
+    let r = c.next(SYNC).unwrap();
+    assert!(r.error.is_none() && !r.full, "{r:?}");
+    r
+}
+
+#[test]
+fn creates_updates_and_deletes_each_reach_the_kernel_in_the_next_sync() {
+    require_kernel!();
+    let (lab, c) = started("capi", 3);
+    assert!(lab.table().contains("172.30.1.0 . tcp . 80"), "{}", lab.table());
+
+    lab.server.apply(service("ns1", "api", "172.30.0.11", 80));
+    next_partial(&c);
+    assert!(lab.table().contains("172.30.0.11 . tcp . 80 comment \"ns1/api:http\" : goto reject-chain"), "{}", lab.table());
+
+    lab.server.apply(slice("ns1", "api", &ips(&["10.0.9.2"]), None));
+    let r = next_partial(&c);
+    assert_eq!(r.rendered_ports, 1, "only the changed Service is rendered");
+    assert!(lab.table().contains("10.0.9.2 . 8080"), "{}", lab.table());
+
+    lab.server.apply(slice("ns1", "svc-0", &ips(&["10.0.9.3"]), None));
+    next_partial(&c);
+    let table = lab.table();
+    assert!(table.contains("10.0.9.3 . 8080") && !table.contains("10.0.1.0 . 8080"), "{table}");
+
+    lab.server.delete::<k8s_openapi::api::core::v1::Service>(Some("ns1"), "svc-0");
+    next_partial(&c);
+    assert!(!lab.table().contains("172.30.1.0 "), "{}", lab.table());
+
+    lab.server.delete::<k8s_openapi::api::discovery::v1::EndpointSlice>(Some("ns1"), "api-1");
+    next_partial(&c);
+    assert!(lab.table().contains("172.30.0.11 . tcp . 80 comment \"ns1/api:http\" : goto reject-chain"), "{}", lab.table());
+}
+
+#[test]
+fn a_dropped_watch_and_a_410_relist_lose_no_update_and_flush_nothing() {
+    require_kernel!();
+    let (lab, c) = started("crelist", 40);
+    let objects_total = 40 * 4;
+
+    // A watch cut mid-stream: the watcher resumes from its resourceVersion; the change made
+    // while it was away arrives, and nothing is listed again.
+    lab.server.clear_requests();
+    lab.server.break_watches();
+    lab.server.apply(slice("ns1", "svc-1", &ips(&["10.0.9.1"]), None));
+    let syncs = c.until(SYNC, || lab.table().contains("10.0.9.1 . 8080")).unwrap();
+    assert!(syncs.iter().all(|r| r.error.is_none() && r.objects < 10), "{syncs:#?}");
+    let relists = lab.server.requests().iter().filter(|r| r.is_list_of(SERVICES) || r.is_list_of(SLICES)).count();
+    assert_eq!(relists, 0, "a resumed watch must not relist: {:#?}", lab.server.requests());
+
+    // Watches cut, changes made, history compacted before the watchers come back (they back
+    // off after an error): resuming fails with 410 Gone, the watchers relist, and the
+    // difference is programmed as a small partial sync, never a flush.
+    lab.server.clear_requests();
+    lab.server.break_watches();
+    lab.server.delete::<k8s_openapi::api::core::v1::Service>(Some("ns1"), "svc-2");
+    lab.server.apply(service("ns1", "late", "172.30.0.99", 80));
+    lab.server.apply(slice("ns1", "svc-3", &ips(&["10.0.9.4"]), None));
+    lab.server.compact();
+    let syncs = c
+        .until(SYNC, || {
+            let t = lab.table();
+            t.contains("172.30.0.99 . tcp . 80") && !t.contains("172.30.1.2 ") && t.contains("10.0.9.4 . 8080")
+        })
+        .unwrap();
+    let requests = lab.server.requests();
+    assert!(requests.iter().any(|r| r.is_list_of(SERVICES)), "the Service watcher relisted: {requests:#?}");
+    assert!(requests.iter().any(|r| r.is_list_of(SLICES)), "the EndpointSlice watcher relisted: {requests:#?}");
+    for r in &syncs {
+        assert!(r.error.is_none() && !r.full && r.objects < objects_total / 4, "a relist must not flush: {r:?}");
+    }
+    let table = lab.table();
+    for i in [0, 1, 3, 39] {
+        assert!(table.contains(&format!("172.30.1.{i} . tcp . 80")), "svc-{i} survived the relist:\n{table}");
+    }
+}
