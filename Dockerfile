@@ -10,10 +10,17 @@ RUN apt-get update -qq \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p verdict-agent \
- && install -m 0755 target/release/verdict /verdict
+RUN cargo build --release --locked -p verdict-agent -p verdict-e2e --bin verdict --bin verdict-echo \
+ && install -m 0755 target/release/verdict /verdict \
+ && install -m 0755 target/release/verdict-echo /verdict-echo
 
-FROM docker.io/library/debian:${DEBIAN}-slim
+# The kind e2e run's test pods: an echo server that answers with its name, and its prober
+# (`docker build --target e2e-echo -t verdict-echo:dev .`). Not part of the shipped image.
+FROM docker.io/library/debian:${DEBIAN}-slim AS e2e-echo
+COPY --from=build /verdict-echo /usr/local/bin/verdict-echo
+ENTRYPOINT ["/usr/local/bin/verdict-echo"]
+
+FROM docker.io/library/debian:${DEBIAN}-slim AS runtime
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="verdict" \
       org.opencontainers.image.description="An nftables-native Kubernetes Service proxy: a drop-in replacement for kube-proxy" \

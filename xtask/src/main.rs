@@ -4,12 +4,16 @@
 //! cargo xtask test    install what is missing, build, run every test (kernel and packet tests too)
 //! cargo xtask demo    a namespace node with three pods, programmed by `verdict run --once`
 //! cargo xtask bench   verdict's netlink programming vs `nft -f`, into target/bench/report.md
+//! cargo xtask e2e     a two-node namespace cluster with verdict daemons and the test API server
+//! cargo xtask e2e --kind [--dry-run]   the same scenarios on a kind cluster (Docker)
+//! cargo xtask image   the container image, with docker or podman
 //! ```
 //!
 //! xtask itself has no C dependencies, so it can install the Debian packages the rest of the
 //! workspace needs (libnftnl, libmnl, nftables, ...) before building it.
 
 mod deps;
+mod kind;
 mod run;
 
 use anyhow::{Result, bail};
@@ -28,11 +32,16 @@ fn real_main() -> Result<()> {
         "test" => test(rest),
         "demo" => demo(rest),
         "bench" => bench(rest),
+        "e2e" => e2e(rest),
+        "image" => image(rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <test|demo|bench> [args]\n");
-            println!("  test    install missing packages (as root), build, run every test");
-            println!("  demo    program a namespace node from examples/demo and send traffic through it");
+            println!("usage: cargo xtask <test|demo|bench|e2e|image> [args]\n");
+            println!("  test    install missing packages (as root), build, run every test and the e2e scenarios");
+            println!("  demo    a two-node namespace cluster with verdict agents: a Service created, scaled, deleted");
             println!("  bench   cold sync and one-endpoint change: verdict over netlink vs nft -f");
+            println!("  e2e     the e2e scenarios on a namespace cluster [--only TEXT]");
+            println!("          or on kind: --kind [--dry-run] [--engine docker|podman]");
+            println!("  image   build the image: [--engine docker|podman] [--tag verdict:dev] [--with-test-image]");
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),
@@ -54,7 +63,73 @@ fn test(args: &[String]) -> Result<()> {
             "xtask: not root: kernel and packet tests will be SKIPPED (they say so); run as root for the full suite"
         );
     }
-    run::cargo_env(&test_args, &envs)
+    run::cargo_env(&test_args, &envs)?;
+    if deps::is_root() {
+        e2e(&[])
+    } else {
+        eprintln!("xtask: not root: the e2e scenarios (cargo xtask e2e) are SKIPPED");
+        Ok(())
+    }
+}
+
+/// A flag's value (`--name value`).
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
+}
+
+/// The container engine: `--engine`, else docker, else podman.
+fn engine(args: &[String]) -> String {
+    if let Some(e) = flag(args, "--engine") {
+        return e.to_string();
+    }
+    let works = |e: &str| std::process::Command::new(e).arg("--version").output().is_ok_and(|o| o.status.success());
+    if works("docker") || !works("podman") { "docker".into() } else { "podman".into() }
+}
+
+/// `cargo xtask e2e`.
+fn e2e(args: &[String]) -> Result<()> {
+    let dry_run = args.iter().any(|a| a == "--dry-run");
+    if args.iter().any(|a| a == "--kind") {
+        let plan = kind::plan(&engine(args));
+        if dry_run {
+            print!("{}", kind::render(&plan));
+            return Ok(());
+        }
+        return kind::execute(&plan);
+    }
+    let root = run::workspace_root()?;
+    let build = ["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"];
+    let mut e2e_args = vec![
+        "--verdict".to_string(),
+        root.join("target/release/verdict").display().to_string(),
+        "--echo".to_string(),
+        root.join("target/release/verdict-echo").display().to_string(),
+    ];
+    if let Some(only) = flag(args, "--only") {
+        e2e_args.extend(["--only".to_string(), only.to_string()]);
+    }
+    let runner = root.join("target/release/verdict-e2e");
+    if dry_run {
+        println!("cargo {}", build.join(" "));
+        println!("{} {}", runner.display(), e2e_args.join(" "));
+        return Ok(());
+    }
+    deps::ensure()?;
+    deps::require_root("the e2e cluster creates network namespaces and programs nftables")?;
+    run::cargo(&build)?;
+    run::program(&runner, &e2e_args, &[])
+}
+
+/// `cargo xtask image`.
+fn image(args: &[String]) -> Result<()> {
+    let engine = engine(args);
+    let tag = flag(args, "--tag").unwrap_or("verdict:dev");
+    let root = run::workspace_root()?.display().to_string();
+    run::program_env(&engine, &["build", "--target", "runtime", "-t", tag, &root], &[])?;
+    if args.iter().any(|a| a == "--with-test-image") {
+        run::program_env(&engine, &["build", "--target", "e2e-echo", "-t", "verdict-echo:dev", &root], &[])?;
+    }
+    Ok(())
 }
 
 /// `cargo xtask demo`.
@@ -68,8 +143,6 @@ fn demo(args: &[String]) -> Result<()> {
         root.join("target/release/verdict").display().to_string(),
         "--echo".to_string(),
         root.join("target/release/verdict-echo").display().to_string(),
-        "--manifests".to_string(),
-        root.join("examples/demo").display().to_string(),
     ];
     demo_args.extend(args.iter().cloned());
     run::program(&root.join("target/release/verdict-demo"), &demo_args, &[])

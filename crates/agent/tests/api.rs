@@ -64,7 +64,12 @@ fn publications(lab: &ApiLab, name: &str) -> (u64, Vec<String>) {
         }
         let repeats = e["series"]["count"].as_u64().or(e["count"].as_u64()).unwrap_or(1).max(1);
         count += repeats;
-        reasons.push(format!("{} {}: {}", e["type"], e["reason"], e["note"].as_str().or(e["message"].as_str()).unwrap_or("")));
+        reasons.push(format!(
+            "{} {}: {}",
+            e["type"],
+            e["reason"],
+            e["note"].as_str().or(e["message"].as_str()).unwrap_or("")
+        ));
     }
     (count, reasons)
 }
@@ -86,7 +91,10 @@ fn a_service_that_cannot_be_programmed_gets_one_event_per_change_not_per_sync() 
     agent.wait("an Event on the bad Service", || publications(&lab, "bad").0 >= 1);
     let (n, reasons) = publications(&lab, "bad");
     assert_eq!(n, 1, "{reasons:?}");
-    assert!(reasons[0].contains("Warning") && reasons[0].contains("InvalidPort") && reasons[0].contains("70000"), "{reasons:?}");
+    assert!(
+        reasons[0].contains("Warning") && reasons[0].contains("InvalidPort") && reasons[0].contains("70000"),
+        "{reasons:?}"
+    );
     assert!(!lab.table().contains("172.30.0.66"), "the bad Service is left out");
 
     // Other changes, other syncs: no new Event about the same problem.

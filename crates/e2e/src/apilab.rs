@@ -135,7 +135,12 @@ pub fn service(ns: &str, name: &str, cluster_ip: &str, port: i32) -> Service {
         spec: Some(ServiceSpec {
             cluster_ip: Some(cluster_ip.into()),
             cluster_ips: Some(vec![cluster_ip.into()]),
-            ports: Some(vec![ServicePort { name: Some("http".into()), port, protocol: Some("TCP".into()), ..ServicePort::default() }]),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port,
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
             ..ServiceSpec::default()
         }),
         ..Service::default()
@@ -158,7 +163,12 @@ pub fn slice(ns: &str, svc: &str, ips: &[String], trigger: Option<SystemTime>) -
     EndpointSlice {
         metadata,
         address_type: "IPv4".into(),
-        ports: Some(vec![EndpointPort { name: Some("http".into()), port: Some(8080), protocol: Some("TCP".into()), ..EndpointPort::default() }]),
+        ports: Some(vec![EndpointPort {
+            name: Some("http".into()),
+            port: Some(8080),
+            protocol: Some("TCP".into()),
+            ..EndpointPort::default()
+        }]),
         endpoints: ips
             .iter()
             .map(|ip| Endpoint {

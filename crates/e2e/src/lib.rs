@@ -6,11 +6,13 @@
 //! addresses inside those namespaces.
 
 pub mod apilab;
+pub mod cluster;
 pub mod dataplane;
 pub mod fixtures;
 pub mod netns;
 pub mod privilege;
 pub mod probe;
+pub mod probe_cli;
 pub mod scenario;
 pub mod synth;
 pub mod topology;

@@ -104,6 +104,14 @@ impl Netns {
         Ok(pid)
     }
 
+    /// Kills every process started with [`Netns::spawn`].
+    pub fn stop_all(&mut self) {
+        for mut child in self.children.drain(..) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Runs `f` on a thread that has entered this namespace (sockets it opens live there).
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         let path = format!("/run/netns/{}", self.name);

@@ -212,6 +212,30 @@ impl Cluster {
         Ok(())
     }
 
+    /// Attaches one more host to the LAN (for example the API server's), with this IPv4
+    /// address; it is removed with the cluster's other namespaces when the caller drops it.
+    pub fn add_host(&self, tag: &str, name: &str, ipv4: Ipv4Addr) -> Result<Netns> {
+        let host = namespace(&format!("{tag}-{name}"))?;
+        attach_to_lan(&self.lan, &host, &format!("x-{name}"))?;
+        host.ip(&["addr", "add", &format!("{ipv4}/24"), "dev", "eth0"])?;
+        Ok(host)
+    }
+
+    /// Kills pod `name`'s echo server (the pod "exits").
+    pub fn stop_pod(&mut self, name: &str) {
+        if let Some(pod) = self.nodes.iter_mut().flat_map(|n| &mut n.pods).find(|p| p.name == name) {
+            pod.ns.stop_all();
+        }
+    }
+
+    /// Starts pod `name`'s echo server again.
+    pub fn start_pod(&mut self, name: &str, echo: &Path) -> Result<()> {
+        let pod = self.nodes.iter_mut().flat_map(|n| &mut n.pods).find(|p| p.name == name).context("no such pod")?;
+        let echo = echo.to_str().context("echo path is not UTF-8")?;
+        pod.ns.spawn(&[echo, name, &ECHO_PORT.to_string(), &ECHO_PORT_2.to_string()])?;
+        Ok(())
+    }
+
     /// The pod with this name.
     pub fn pod(&self, name: &str) -> &Pod {
         self.nodes.iter().flat_map(|n| &n.pods).find(|p| p.name == name).unwrap_or_else(|| panic!("no pod {name}"))

@@ -43,7 +43,11 @@ fn creates_updates_and_deletes_each_reach_the_kernel_in_the_next_sync() {
 
     lab.server.apply(service("ns1", "api", "172.30.0.11", 80));
     next_partial(&c);
-    assert!(lab.table().contains("172.30.0.11 . tcp . 80 comment \"ns1/api:http\" : goto reject-chain"), "{}", lab.table());
+    assert!(
+        lab.table().contains("172.30.0.11 . tcp . 80 comment \"ns1/api:http\" : goto reject-chain"),
+        "{}",
+        lab.table()
+    );
 
     lab.server.apply(slice("ns1", "api", &ips(&["10.0.9.2"]), None));
     let r = next_partial(&c);
@@ -61,7 +65,11 @@ fn creates_updates_and_deletes_each_reach_the_kernel_in_the_next_sync() {
 
     lab.server.delete::<k8s_openapi::api::discovery::v1::EndpointSlice>(Some("ns1"), "api-1");
     next_partial(&c);
-    assert!(lab.table().contains("172.30.0.11 . tcp . 80 comment \"ns1/api:http\" : goto reject-chain"), "{}", lab.table());
+    assert!(
+        lab.table().contains("172.30.0.11 . tcp . 80 comment \"ns1/api:http\" : goto reject-chain"),
+        "{}",
+        lab.table()
+    );
 }
 
 #[test]

@@ -75,10 +75,8 @@ fn run(min_sync_period: Duration) -> Run {
 #[test]
 fn network_programming_latency_with_1000_services() {
     require_kernel!();
-    let runs: Vec<Run> = [Duration::from_secs(1), Duration::from_millis(100), Duration::from_millis(10)]
-        .into_iter()
-        .map(run)
-        .collect();
+    let runs: Vec<Run> =
+        [Duration::from_secs(1), Duration::from_millis(100), Duration::from_millis(10)].into_iter().map(run).collect();
     println!("network programming latency, {SERVICES} Services, {CHANGES} endpoint changes every {EVERY:?}:");
     println!("| --min-sync-period | p50 | p99 | max | syncs | mean sync |");
     println!("|---|---|---|---|---|---|");

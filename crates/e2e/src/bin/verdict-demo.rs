@@ -1,110 +1,113 @@
-//! `verdict-demo` (run through `cargo xtask demo`): a node made of network namespaces, three
-//! echo pods and a client, programmed by the real `verdict run --once` from a manifests
-//! directory, then real connections to the ClusterIP, the NodePort and an empty Service.
+//! `verdict-demo` (run through `cargo xtask demo`): a two-node cluster of network namespaces
+//! with a real `verdict run` daemon on each node watching the test API server. A Service is
+//! created, scaled up, scaled to zero and deleted through the API; after each step the demo
+//! connects to its ClusterIP from a pod on each node and shows who answered. Everything is
+//! torn down at the end.
 
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use verdict_e2e::cluster::objects::{State, Svc};
+use verdict_e2e::cluster::{Binaries, NsCluster};
 use verdict_e2e::probe::{self, Outcome};
-use verdict_e2e::topology;
 
-struct Args {
-    verdict: PathBuf,
-    echo: PathBuf,
-    manifests: PathBuf,
-    connections: usize,
-}
+const CLUSTER_IP: &str = "10.96.0.10";
 
-fn args() -> Result<Args> {
-    let mut a = Args {
-        verdict: "verdict".into(),
-        echo: "verdict-echo".into(),
-        manifests: "examples/demo".into(),
-        connections: 30,
-    };
+fn args() -> Result<Binaries> {
+    let mut bins = Binaries { verdict: "verdict".into(), echo: "verdict-echo".into() };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
-        let v = pair.get(1).cloned().context("flag without a value")?;
+        let v = pair.get(1).cloned().context("a flag without a value")?;
         match pair[0].as_str() {
-            "--verdict" => a.verdict = v.into(),
-            "--echo" => a.echo = v.into(),
-            "--manifests" => a.manifests = v.into(),
-            "--connections" => a.connections = v.parse()?,
-            other => bail!("unknown flag {other}"),
+            "--verdict" => bins.verdict = PathBuf::from(v),
+            "--echo" => bins.echo = PathBuf::from(v),
+            other => bail!("unknown flag {other}; usage: verdict-demo --verdict PATH --echo PATH"),
         }
     }
-    Ok(a)
+    Ok(bins)
 }
 
-fn describe(o: &Outcome, client: std::net::IpAddr) -> String {
-    match o {
-        Outcome::Reply(r) if r.peer == client => format!("{} (saw the client's own address {})", r.backend, r.peer),
-        Outcome::Reply(r) => format!("{} (saw {}: masqueraded)", r.backend, r.peer),
-        other => format!("{other:?}"),
+/// `n` connections from each client pod; returns "who answered" per client.
+fn connect(c: &NsCluster, n: usize) -> BTreeMap<&'static str, BTreeMap<String, usize>> {
+    let target = format!("{CLUSTER_IP}:80").parse().expect("an address");
+    let mut out = BTreeMap::new();
+    for client in ["c1", "c2"] {
+        let outcomes: Vec<Outcome> =
+            c.topo.pod(client).ns.run(|| (0..n).map(|_| probe::tcp(target, Duration::from_millis(800))).collect());
+        let mut tally = BTreeMap::new();
+        for o in outcomes {
+            let key = match o {
+                Outcome::Reply(r) => r.backend,
+                Outcome::Refused => "refused".into(),
+                Outcome::Timeout => "no answer".into(),
+                other => format!("{other:?}"),
+            };
+            *tally.entry(key).or_default() += 1;
+        }
+        out.insert(client, tally);
     }
+    out
+}
+
+fn show(step: &str, answers: &BTreeMap<&'static str, BTreeMap<String, usize>>, summary: &mut Vec<String>) {
+    for (client, tally) in answers {
+        let line: Vec<String> = tally.iter().map(|(who, n)| format!("{who} x{n}")).collect();
+        println!("   from {client} ({}): {}", if *client == "c1" { "node1" } else { "node2" }, line.join(", "));
+    }
+    let everyone: std::collections::BTreeSet<&String> = answers.values().flat_map(|t| t.keys()).collect();
+    summary.push(format!("{step:<42} {}", everyone.into_iter().cloned().collect::<Vec<_>>().join(", ")));
 }
 
 fn main() -> Result<()> {
-    let a = args()?;
-    println!("== building a namespace node: pods pod-a, pod-b, pod-c (echo servers) and a client");
-    let c = topology::build("demo", &[&["pod-a", "pod-b", "pod-c", "client"]], &a.echo)?;
-    let node = &c.nodes[0];
-    let client = c.pod("client");
+    let bins = args()?;
+    if !nix::unistd::Uid::effective().is_root() {
+        bail!("the demo needs root: it creates network namespaces and programs nftables");
+    }
+    println!("== a two-node cluster of network namespaces, the test API server, and `verdict run` on each node");
+    println!(
+        "   node1: pods a1, a2 and client c1; node2: pods b1, b2 and client c2 (echo servers answer with their name)"
+    );
+    let c = NsCluster::start("demo", &bins)?;
+    let mut summary = Vec::new();
+    let web = Svc { name: "web", cluster_ip: CLUSTER_IP, ..Svc::default() };
 
-    println!("== verdict run --once --manifests {} (in the node's namespace)", a.manifests.display());
-    let verdict = a.verdict.to_str().context("verdict path")?;
-    let manifests = a.manifests.to_str().context("manifests path")?;
-    let out = node.ns.exec(&[
-        verdict,
-        "run",
-        "--once",
-        "--manifests",
-        manifests,
-        "--hostname-override",
-        "node1",
-        "--cluster-cidr",
-        &format!("{},{}", topology::CLUSTER_CIDR_V4, topology::CLUSTER_CIDR_V6),
-    ])?;
-    print!("{}", String::from_utf8_lossy(&out.stderr));
-    if !out.status.success() {
-        bail!("verdict run failed ({})", out.status);
+    println!("\n== 1. create Service e2e/web ({CLUSTER_IP}:80) with endpoints a1 (node1) and b1 (node2)");
+    c.apply_service(&web);
+    c.set_endpoints("web", &[c.ep("a1", State::Ready), c.ep("b1", State::Ready)]);
+    c.wait_programmed("web", |t| t.contains("10.244.1.10 . 8080") && t.contains("10.244.2.10 . 8080"))?;
+    show("created: a1, b1", &connect(&c, 12), &mut summary);
+
+    println!("\n== 2. scale to four endpoints: a1, a2, b1, b2");
+    let four = ["a1", "a2", "b1", "b2"].map(|p| c.ep(p, State::Ready));
+    c.set_endpoints("web", &four);
+    c.wait_programmed("four endpoints", |t| t.contains("map endpoints-4 "))?;
+    show("scaled to 4: a1, a2, b1, b2", &connect(&c, 16), &mut summary);
+    println!("\n   node1's table now (nft list table inet kube-proxy), abridged:");
+    for line in c
+        .table(0)
+        .lines()
+        .filter(|l| l.contains(CLUSTER_IP) || l.contains("chain endpoints-4") || l.contains("@endpoints-4"))
+    {
+        println!("   {}", line.trim());
     }
 
-    let t = Duration::from_secs(1);
-    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
-    println!("\n== {} TCP connections from the client pod to ClusterIP 172.30.0.10:80 (demo/web)", a.connections);
-    for i in 1..=a.connections {
-        let o = client.ns.run(|| probe::tcp("172.30.0.10:80".parse().unwrap(), t));
-        println!("  {i:2}: {}", describe(&o, client.ip(false)));
-        *tally.entry(o.reply().map(|r| r.backend.clone()).unwrap_or_else(|| format!("{o:?}"))).or_default() += 1;
-    }
-    println!("  answered by: {tally:?}");
+    println!("\n== 3. scale to zero: every connection is refused at once (no endpoints: REJECT)");
+    println!("   (a few connections per client: the kernel rate-limits the ICMP errors it sends to one host)");
+    c.set_endpoints("web", &[]);
+    c.wait_programmed("no endpoints", |t| t.contains("goto reject-chain"))?;
+    show("scaled to 0", &connect(&c, 4), &mut summary);
 
-    tally.clear();
-    let np = SocketAddr::new(std::net::IpAddr::V4(node.ipv4), 30080);
-    println!("\n== {} TCP connections from an external host to the NodePort {np}", a.connections);
-    for i in 1..=a.connections {
-        let o = c.external.run(|| probe::tcp(np, t));
-        println!("  {i:2}: {}", describe(&o, std::net::IpAddr::V4(topology::EXTERNAL_V4)));
-        *tally.entry(o.reply().map(|r| r.backend.clone()).unwrap_or_else(|| format!("{o:?}"))).or_default() += 1;
-    }
-    println!("  answered by: {tally:?}");
+    println!("\n== 4. delete the Service: the ClusterIP is no longer handled by verdict");
+    c.delete_service("web");
+    c.wait_programmed("deleted", |t| !t.contains(CLUSTER_IP))?;
+    show("deleted", &connect(&c, 2), &mut summary);
 
-    println!("\n== UDP to the dual-stack Service demo/dns");
-    for addr in ["172.30.0.53:53", "[fd00:10:96::53]:53"] {
-        let o = client.ns.run(|| probe::udp(addr.parse().unwrap(), t));
-        println!("  {addr}: {}", describe(&o, if addr.starts_with('[') { client.ip(true) } else { client.ip(false) }));
+    println!("\n== summary: who answered {CLUSTER_IP}:80 from pods on both nodes");
+    for line in &summary {
+        println!("   {line}");
     }
-    println!("\n== the Service demo/empty has no endpoints: refused at once, not a timeout");
-    let o = client.ns.run(|| probe::tcp("172.30.0.20:80".parse().unwrap(), t));
-    println!("  172.30.0.20:80: {o:?}");
-
-    println!("\n== nft list table inet kube-proxy (in the node's namespace)\n");
-    print!("{}", node.ns.check(&["nft", "list", "table", "inet", "kube-proxy"])?);
-    println!("\n== tearing down");
+    println!("\n== tearing down (agents stopped, namespaces removed)");
     drop(c);
-    println!("done: every namespace removed");
     Ok(())
 }

@@ -4,6 +4,7 @@
 //!
 //! Usage: verdict-echo NAME PORT [PORT...]   (each port is served over TCP, UDP and SCTP, on
 //! IPv4 and IPv6)
+//!        verdict-echo probe IP:PORT [...]    (the client side, see `verdict_e2e::probe_cli`)
 
 use std::io::Write;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
@@ -11,6 +12,13 @@ use std::thread;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("probe") {
+        if let Err(e) = verdict_e2e::probe_cli::run(&args[2..]) {
+            eprintln!("verdict-echo probe: FAILED: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if args.len() < 3 {
         eprintln!("usage: verdict-echo NAME PORT [PORT...]");
         std::process::exit(64);

@@ -1,0 +1,190 @@
+//! A two-node cluster of network namespaces with a real `verdict run` daemon on each node,
+//! watching the test API server over the LAN: what `cargo xtask e2e` and the demo run.
+//!
+//! ```text
+//!   api      192.168.50.2    the test API server (the only stand-in for Kubernetes)
+//!   external 192.168.50.100
+//!   node1    192.168.50.11   verdict run   pods a1, a2, c1 (10.244.1.0/24)
+//!   node2    192.168.50.12   verdict run   pods b1, b2, c2 (10.244.2.0/24)
+//! ```
+
+mod agent;
+pub mod objects;
+pub mod prober;
+pub mod scenarios;
+
+use crate::netns::Netns;
+use crate::topology::{self, Cluster};
+use agent::Agent;
+use anyhow::{Context, Result, bail};
+use objects::{Ep, State, Svc};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+use verdict_testapi::TestApiServer;
+
+/// The binaries the cluster runs.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    /// `verdict`.
+    pub verdict: PathBuf,
+    /// `verdict-echo`.
+    pub echo: PathBuf,
+}
+
+/// The API server's LAN address.
+pub const API_ADDRESS: Ipv4Addr = Ipv4Addr::new(192, 168, 50, 2);
+
+/// The running cluster. Fields drop in order: agents, then the server, then the namespaces.
+pub struct NsCluster {
+    agents: Vec<Agent>,
+    rt: Runtime,
+    /// The test API server.
+    pub server: TestApiServer,
+    api: Netns,
+    /// The namespaces: nodes, pods, the external host.
+    pub topo: Cluster,
+    bins: Binaries,
+    workdir: PathBuf,
+}
+
+impl NsCluster {
+    /// Builds the namespaces, starts the API server and one agent per node, and waits until
+    /// every agent is healthy.
+    pub fn start(tag: &str, bins: &Binaries) -> Result<NsCluster> {
+        let topo = topology::build(tag, &[&["a1", "a2", "c1"], &["b1", "b2", "c2"]], &bins.echo)?;
+        let api = topo.add_host(tag, "api", API_ADDRESS)?;
+        let rt = api.run(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build())?;
+        let listen = SocketAddr::new(API_ADDRESS.into(), 0);
+        let server = rt.block_on(rt.spawn(TestApiServer::start_on(listen)))??;
+        let workdir = std::env::temp_dir().join(format!("verdict-e2e-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&workdir)?;
+        server.write_kubeconfig(&workdir.join("kubeconfig"))?;
+        for node in &topo.nodes {
+            let pod_cidr = format!("10.244.{}.0/24", node.index);
+            server.apply(objects::node(&node.name, &node.ipv4.to_string(), &pod_cidr));
+        }
+        let mut cluster = NsCluster { agents: Vec::new(), rt, server, api, topo, bins: bins.clone(), workdir };
+        for i in 0..cluster.topo.nodes.len() {
+            cluster.start_agent(i)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Starts the agent of node `i` (0-based) and waits until `/healthz` answers 200.
+    pub fn start_agent(&mut self, i: usize) -> Result<()> {
+        let node = &self.topo.nodes[i];
+        let log = self.workdir.join(format!("{}.log", node.name));
+        let mut agent = Agent::start(&node.ns, &node.name, &self.bins.verdict, &self.workdir.join("kubeconfig"), &log)?;
+        agent.wait_healthy(&node.ns, Duration::from_secs(30))?;
+        match self.agents.get_mut(i) {
+            Some(slot) => *slot = agent,
+            None => self.agents.push(agent),
+        }
+        Ok(())
+    }
+
+    /// Stops node `i`'s agent with SIGTERM (rules stay in place) and waits for it to exit.
+    pub fn stop_agent(&mut self, i: usize) -> Result<()> {
+        self.agents[i].terminate()
+    }
+
+    /// Applies a Service.
+    pub fn apply_service(&self, svc: &Svc) {
+        self.server.apply(svc.object());
+    }
+
+    /// Replaces the endpoints of `svc`.
+    pub fn set_endpoints(&self, svc: &str, endpoints: &[Ep]) {
+        self.server.apply(objects::slice(svc, endpoints));
+    }
+
+    /// Deletes a Service and its slice.
+    pub fn delete_service(&self, svc: &str) {
+        self.server.delete::<k8s_openapi::api::core::v1::Service>(Some(objects::NAMESPACE), svc);
+        self.server
+            .delete::<k8s_openapi::api::discovery::v1::EndpointSlice>(Some(objects::NAMESPACE), &format!("{svc}-1"));
+    }
+
+    /// An endpoint on pod `pod`.
+    pub fn ep(&self, pod: &str, state: State) -> Ep {
+        (self.topo.pod(pod).ipv4.to_string(), self.topo.node_of(pod).name.clone(), state)
+    }
+
+    /// `nft list table inet kube-proxy` on node `i`.
+    pub fn table(&self, i: usize) -> String {
+        self.topo.nodes[i]
+            .ns
+            .exec(&["nft", "list", "table", "inet", "kube-proxy"])
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Waits until every node's table satisfies `check`.
+    pub fn wait_programmed(&self, what: &str, check: impl Fn(&str) -> bool) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if (0..self.topo.nodes.len()).all(|i| check(&self.table(i))) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("not programmed on every node within 15 s: {what}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills pod `name`'s server.
+    pub fn stop_pod(&mut self, name: &str) {
+        self.topo.stop_pod(name);
+    }
+
+    /// Starts pod `name`'s server again.
+    pub fn start_pod(&mut self, name: &str) -> Result<()> {
+        let echo = self.bins.echo.clone();
+        self.topo.start_pod(name, &echo)?;
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(())
+    }
+
+    /// Every node's table and the end of every agent's log: what to look at when a scenario
+    /// fails.
+    pub fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        for (i, node) in self.topo.nodes.iter().enumerate() {
+            out.push_str(&format!("---- {}: nft list table inet kube-proxy\n{}", node.name, self.table(i)));
+            if let Some(agent) = self.agents.get(i) {
+                out.push_str(&format!("---- {}: agent log (last 40 lines)\n{}\n", node.name, agent.log_tail(40)));
+            }
+        }
+        out
+    }
+
+    /// The log of node `i`'s agent.
+    pub fn agent_log(&self, i: usize) -> String {
+        self.agents[i].log_tail(usize::MAX)
+    }
+
+    /// The namespace of the API server (kept for tools that want to reach it).
+    pub fn api_namespace(&self) -> &Netns {
+        &self.api
+    }
+
+    /// The runtime the API server runs on.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+}
+
+impl Drop for NsCluster {
+    fn drop(&mut self) {
+        self.agents.clear();
+        let _ = std::fs::remove_dir_all(&self.workdir);
+    }
+}
+
+/// Reads a path as UTF-8 (for command lines).
+fn utf8(p: &Path) -> Result<&str> {
+    p.to_str().with_context(|| format!("{} is not UTF-8", p.display()))
+}
