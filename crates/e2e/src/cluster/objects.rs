@@ -110,6 +110,5 @@ pub fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
             addresses: Some(vec![NodeAddress { type_: "InternalIP".into(), address: ip.into() }]),
             ..NodeStatus::default()
         }),
-        ..Node::default()
     }
 }
