@@ -55,11 +55,17 @@ pub fn cluster(n: usize, endpoints: usize, pool: usize) -> (Vec<Service>, Vec<En
     ((0..n).map(service).collect(), (0..n).map(|i| slice(i, endpoints, pool, 0)).collect())
 }
 
+/// The benchmark node.
+pub fn node() -> Node {
+    Node { name: "bench".into(), addresses: vec![("InternalIP".into(), "192.168.0.2".into())], ..Node::default() }
+}
+
+/// The benchmark node's configuration.
+pub fn config() -> ProxyConfig {
+    ProxyConfig { cluster_cidrs: vec![Cidr::parse_tolerant("10.0.0.0/8").unwrap()], ..ProxyConfig::default() }
+}
+
 /// Builds the model for the benchmark node.
 pub fn model(services: &[Service], slices: &[EndpointSlice]) -> BuildOutput {
-    let node =
-        Node { name: "bench".into(), addresses: vec![("InternalIP".into(), "192.168.0.2".into())], ..Node::default() };
-    let config =
-        ProxyConfig { cluster_cidrs: vec![Cidr::parse_tolerant("10.0.0.0/8").unwrap()], ..ProxyConfig::default() };
-    build_model(config, "bench", Some(&node), &[], services, slices)
+    build_model(config(), "bench", Some(&node()), &[], services, slices)
 }

@@ -170,17 +170,20 @@ impl fmt::Display for Explanation {
         let origin = if self.from_node { "opened by the node (output path)" } else { "arriving (prerouting path)" };
         writeln!(f, "packet: {} -> {}/{} {origin}", p.src, SocketAddr::new(p.dst, p.dport), p.protocol.lower())?;
         writeln!(f, "result: {}", self.summary())?;
-        let mut seen = BTreeSet::new();
-        for (i, branch) in self.branches.iter().enumerate() {
+        let Some(first) = self.branches.first() else { return Ok(()) };
+        writeln!(f, "path:")?;
+        for step in &first.trace {
+            writeln!(f, "  {step}")?;
+        }
+        // Other paths (other random choices) only from where they part from the first.
+        let mut seen = BTreeSet::from([&first.trace]);
+        for branch in &self.branches[1..] {
             if !seen.insert(&branch.trace) {
                 continue;
             }
-            if self.branches.len() > 1 {
-                writeln!(f, "path {}:", i + 1)?;
-            } else {
-                writeln!(f, "path:")?;
-            }
-            for step in &branch.trace {
+            let common = first.trace.iter().zip(&branch.trace).take_while(|(a, b)| a == b).count();
+            writeln!(f, "or, from step {}:", common + 1)?;
+            for step in &branch.trace[common..] {
                 writeln!(f, "  {step}")?;
             }
         }
