@@ -114,3 +114,57 @@ fn a_service_that_cannot_be_programmed_gets_one_event_per_change_not_per_sync() 
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(publications(&lab, "bad").0, 2, "{:?}", publications(&lab, "bad").1);
 }
+
+/// `GET /` on `addr` inside the lab's namespace: status, the weight header, the body.
+fn health_check(lab: &ApiLab, addr: &str) -> Option<(u16, String, String)> {
+    use std::io::{Read, Write};
+    lab.ns.run(|| {
+        let mut s = std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(1)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(s, "GET / HTTP/1.0\r\nHost: lb\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let weight = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase().strip_prefix("x-load-balancing-endpoint-weight:").map(|v| v.trim().to_string())
+            })
+            .unwrap_or_default();
+        Some((code, weight, body.to_string()))
+    })
+}
+
+#[test]
+fn the_agent_serves_health_check_node_ports_of_external_local_services() {
+    require_kernel!();
+    let lab = ApiLab::new("hcnp").unwrap();
+    // The node's address must exist in the namespace: health checks listen on it.
+    lab.ns.ip(&["addr", "add", "192.168.0.2/32", "dev", "lo"]).unwrap();
+    lab.server.apply(node("n1", "192.168.0.2"));
+    let mut lb = service("ns1", "shop", "172.30.0.20", 80);
+    let spec = lb.spec.as_mut().unwrap();
+    spec.type_ = Some("LoadBalancer".into());
+    spec.external_traffic_policy = Some("Local".into());
+    spec.health_check_node_port = Some(30123);
+    spec.ports.as_mut().unwrap()[0].node_port = Some(30080);
+    lab.server.apply(lb);
+    let mut local = slice("ns1", "shop", &["10.0.1.1".to_string(), "10.0.2.1".to_string()], None);
+    local.endpoints[0].node_name = Some("n1".into());
+    local.endpoints[1].node_name = Some("n2".into());
+    lab.server.apply(local);
+    let agent = Agent::start(&lab, "hcnp");
+    agent.wait("the health check answers 200", || health_check(&lab, "192.168.0.2:30123").is_some_and(|r| r.0 == 200));
+    let (_, weight, body) = health_check(&lab, "192.168.0.2:30123").unwrap();
+    assert_eq!(weight, "1", "one local endpoint");
+    assert_eq!(body, r#"{"service":{"namespace":"ns1","name":"shop"},"localEndpoints":1,"serviceProxyHealthy":true}"#);
+
+    // The local endpoint goes away: 503 with weight 0.
+    let mut remote_only = slice("ns1", "shop", &["10.0.2.1".to_string()], None);
+    remote_only.endpoints[0].node_name = Some("n2".into());
+    lab.server.apply(remote_only);
+    agent.wait("the health check answers 503", || {
+        health_check(&lab, "192.168.0.2:30123").is_some_and(|r| r.0 == 503 && r.1 == "0")
+    });
+}

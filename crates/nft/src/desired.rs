@@ -9,7 +9,7 @@
 
 use crate::diff::{ChangeSet, emit, stable_slots};
 use crate::render::service::is_shared;
-use crate::render::{Class, MapClass, RenderOptions, Sink, capacity, render_counted, service};
+use crate::render::{Class, MapClass, RenderOptions, SharedCounts, Sink, capacity, render_counted, service};
 use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set, SetDecl};
 use crate::transaction::Transaction;
 use std::collections::{BTreeMap, HashMap};
@@ -22,7 +22,7 @@ pub struct DesiredTable {
     /// Node facts and configuration, without Services: what ports are rendered against.
     facts: ProxyModel,
     ruleset: Ruleset,
-    shared: HashMap<(String, Blob), u32>,
+    shared: SharedCounts,
     classes: HashMap<Class, u32>,
     maps: HashMap<MapClass, u32>,
     pending: Pending,
@@ -228,7 +228,7 @@ impl DesiredTable {
 
     fn add_element(&mut self, set: &str, key: Blob, elem: Elem) {
         if is_shared(set) {
-            let n = self.shared.entry((set.to_string(), key)).or_default();
+            let n = self.shared.entry(set.to_string()).or_default().entry(key).or_default();
             *n += 1;
             if *n > 1 {
                 return;
@@ -251,12 +251,13 @@ impl DesiredTable {
 
     fn remove_element(&mut self, set: &str, key: Blob) {
         if is_shared(set) {
-            let n = self.shared.entry((set.to_string(), key)).or_default();
+            let per_set = self.shared.entry(set.to_string()).or_default();
+            let n = per_set.entry(key).or_default();
             *n = n.saturating_sub(1);
             if *n > 0 {
                 return;
             }
-            self.shared.remove(&(set.to_string(), key));
+            per_set.remove(&key);
         }
         self.touch_element(set, key);
         if let Some(s) = self.ruleset.sets.get_mut(set) {

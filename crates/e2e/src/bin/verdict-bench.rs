@@ -15,7 +15,7 @@ use verdict_e2e::netns::Netns;
 use verdict_e2e::synth;
 use verdict_model::ModelCache;
 use verdict_nft::netlink::Netlink;
-use verdict_nft::{DesiredTable, RenderOptions, diff, render, text};
+use verdict_nft::{DesiredTable, Plan, RenderOptions, diff, render, text};
 
 struct Args {
     sizes: Vec<usize>,
@@ -174,18 +174,26 @@ fn change(n: usize, a: &Args, workdir: &std::path::Path) -> Result<Change> {
     }
     cache.rebuild();
     let mut table = DesiredTable::new(cache.model(), &RenderOptions::default());
+    // Two namespaces in lockstep: verdict commits each change in one, nft -f applies the same
+    // change in the other.
     let ns = Netns::new("chg")?;
+    let nft_ns = Netns::new("chgnft")?;
+    let Plan { transaction, result } = diff(None, table.ruleset());
+    let path = workdir.join("change.nft");
+    std::fs::write(&path, text::script(&transaction))?;
+    nft_file(&nft_ns, &path)?;
     ns.run(|| -> Result<()> {
-        let plan = diff(None, table.ruleset());
-        Netlink::open()?.commit(&plan.transaction)?;
-        table.adopt(plan.result);
+        Netlink::open()?.commit(&transaction)?;
         Ok(())
     })?;
+    // The transaction shares the element maps; drop it so that updates change them in place
+    // (as the agent does) instead of copying them.
+    drop(transaction);
+    table.adopt(result);
     let (mut ours, mut kernel, mut user, mut nft, mut objects) = (vec![], vec![], vec![], vec![], 0);
     for k in 0..a.changes {
         // Service i gets one endpoint replaced by a pod it did not have.
         let i = (k * 7919 + 17) % n;
-        let before = table.ruleset().clone();
         let t = Instant::now();
         cache.upsert_slice(synth::slice(i, a.endpoints, pool, 1 + k));
         for c in cache.rebuild().changes {
@@ -203,12 +211,8 @@ fn change(n: usize, a: &Args, workdir: &std::path::Path) -> Result<Change> {
         table.committed();
         ours.push(took);
         kernel.push(stats as f64 / 1000.0);
-        // The same change through nft: undo ours first, then apply it with nft -f.
-        let back = diff(Some(table.ruleset()), &before);
-        ns.run(|| Netlink::open().and_then(|mut nl| nl.commit(&back.transaction)))?;
-        let path = workdir.join("change.nft");
         std::fs::write(&path, text::script(&tx))?;
-        nft.push(nft_file(&ns, &path)?);
+        nft.push(nft_file(&nft_ns, &path)?);
     }
     Ok(Change { ours: median(ours), kernel: median(kernel), user: median(user), nft: median(nft), objects })
 }

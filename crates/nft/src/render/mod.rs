@@ -46,27 +46,35 @@ pub fn capacity(count: usize) -> u32 {
     u32::try_from(want.next_power_of_two()).unwrap_or(u32::MAX)
 }
 
+/// Reference counts of shared elements, by set and key.
+pub(crate) type SharedCounts = std::collections::HashMap<String, std::collections::HashMap<Blob, u32>>;
+
 /// Renders the whole table for a model.
 pub fn render(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
-    render_counted(model, opts).0
+    render_with(model, opts, false).0
 }
 
-/// How many Service ports share each shared element and each [`Class`]: what the incremental
-/// table needs to know when one of them goes away.
+/// How many Service ports share each shared element (by set, then key) and each [`Class`]:
+/// what the incremental table needs to know when one of them goes away.
 #[derive(Default, Debug)]
 pub(crate) struct Counts {
-    pub shared: std::collections::HashMap<(String, Blob), u32>,
+    pub shared: SharedCounts,
     pub classes: std::collections::HashMap<Class, u32>,
     pub maps: std::collections::HashMap<MapClass, u32>,
 }
 
 /// Renders the whole table and counts the references to shared elements and classes.
 pub(crate) fn render_counted(model: &ProxyModel, opts: &RenderOptions) -> (Ruleset, Counts) {
+    render_with(model, opts, true)
+}
+
+fn render_with(model: &ProxyModel, opts: &RenderOptions, count: bool) -> (Ruleset, Counts) {
     let mut b = Builder {
         rs: scaffold(model, opts),
         pending: std::collections::HashMap::new(),
         mark: model.config.masquerade_mark(),
         counts: Counts::default(),
+        count,
     };
     for family in model.families() {
         // In address order the large maps (keyed by address) arrive sorted, which makes
@@ -206,12 +214,18 @@ struct Builder {
     pending: std::collections::HashMap<String, Vec<(Blob, Elem)>>,
     mark: u32,
     counts: Counts,
+    /// Whether to count references (only the incremental table needs them).
+    count: bool,
 }
 
 impl Sink for Builder {
     fn element(&mut self, set: &str, key: Blob, elem: Elem) {
-        if service::is_shared(set) {
-            *self.counts.shared.entry((set.to_string(), key)).or_default() += 1;
+        if self.count && service::is_shared(set) {
+            let per_set = match self.counts.shared.get_mut(set) {
+                Some(m) => m,
+                None => self.counts.shared.entry(set.to_string()).or_default(),
+            };
+            *per_set.entry(key).or_default() += 1;
         }
         match self.pending.get_mut(set) {
             Some(v) => v.push((key, elem)),
