@@ -139,7 +139,11 @@ fn external_local(c: &mut NsCluster) -> Result<()> {
 fn internal_local(c: &mut NsCluster) -> Result<()> {
     c.apply_service(&Svc { name: "itl", cluster_ip: "10.96.0.13", internal_local: true, ..Svc::default() });
     c.set_endpoints("itl", &[c.ep("a1", State::Ready), c.ep("b2", State::Ready)]);
-    c.wait_programmed("itl's local chains", |t| t.contains("10.96.0.13 . tcp . 80") && t.contains("local-"))?;
+    // Each node programs only its own endpoint: a1 on node1, b2 on node2.
+    c.wait_programmed("itl's local chains", |t| {
+        t.contains("10.96.0.13 . tcp . 80 comment \"e2e/itl:http\" : goto local-")
+            && (programs(t, c, "itl", "10.96.0.13", "a1") || programs(t, c, "itl", "10.96.0.13", "b2"))
+    })?;
     answered_by(&connect(c, "c1", pod_ip(c, "c1"), target("10.96.0.13", 80), 10), &["a1"], false)?;
     answered_by(&connect(c, "c2", pod_ip(c, "c2"), target("10.96.0.13", 80), 10), &["b2"], false)?;
     println!("    c1 (node1) reaches only a1, c2 (node2) only b2");
