@@ -97,18 +97,17 @@ fn e2e(args: &[String]) -> Result<()> {
         }
         return kind::execute(&plan);
     }
-    let root = run::workspace_root()?;
     let build = ["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"];
     let mut e2e_args = vec![
         "--verdict".to_string(),
-        root.join("target/release/verdict").display().to_string(),
+        run::release_bin("verdict")?,
         "--echo".to_string(),
-        root.join("target/release/verdict-echo").display().to_string(),
+        run::release_bin("verdict-echo")?,
     ];
     if let Some(only) = flag(args, "--only") {
         e2e_args.extend(["--only".to_string(), only.to_string()]);
     }
-    let runner = root.join("target/release/verdict-e2e");
+    let runner = run::release_dir()?.join("verdict-e2e");
     if dry_run {
         println!("cargo {}", build.join(" "));
         println!("{} {}", runner.display(), e2e_args.join(" "));
@@ -137,15 +136,14 @@ fn demo(args: &[String]) -> Result<()> {
     deps::ensure()?;
     deps::require_root("the demo creates network namespaces and programs nftables")?;
     run::cargo(&["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"])?;
-    let root = run::workspace_root()?;
     let mut demo_args = vec![
         "--verdict".to_string(),
-        root.join("target/release/verdict").display().to_string(),
+        run::release_bin("verdict")?,
         "--echo".to_string(),
-        root.join("target/release/verdict-echo").display().to_string(),
+        run::release_bin("verdict-echo")?,
     ];
     demo_args.extend(args.iter().cloned());
-    run::program(&root.join("target/release/verdict-demo"), &demo_args, &[])
+    run::program(&run::release_dir()?.join("verdict-demo"), &demo_args, &[])
 }
 
 /// `cargo xtask bench`.
@@ -160,7 +158,7 @@ fn bench(args: &[String]) -> Result<()> {
     // Transparent huge pages for malloc, for both sides of the comparison (nft inherits it):
     // a cold sync touches hundreds of MB, and first-touch page faults are a large part of it.
     let envs = [("VERDICT_BENCH_OUT", report_s.as_str()), ("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")];
-    run::program(&root.join("target/release/verdict-bench"), args, &envs)?;
+    run::program(&run::release_dir()?.join("verdict-bench"), args, &envs)?;
     println!("\nreport written to {report_s} (copy it into docs/benchmarks.md with the context of the run)");
     Ok(())
 }

@@ -10,6 +10,19 @@ pub fn workspace_root() -> Result<PathBuf> {
     Ok(dir.parent().context("xtask has no parent directory")?.to_path_buf())
 }
 
+/// Where `cargo build --release` puts binaries: under `CARGO_TARGET_DIR` when it is set
+/// (a relative one is taken from the workspace root, where xtask runs cargo), else `target/release`.
+pub fn release_dir() -> Result<PathBuf> {
+    let root = workspace_root()?;
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |d| root.join(d));
+    Ok(target.join("release"))
+}
+
+/// A binary built by `cargo build --release`, as a string for argument lists.
+pub fn release_bin(name: &str) -> Result<String> {
+    Ok(release_dir()?.join(name).display().to_string())
+}
+
 /// Runs `cargo <args>` in the workspace root.
 pub fn cargo(args: &[&str]) -> Result<()> {
     cargo_env(args, &[])

@@ -1,6 +1,6 @@
 //! The `verdict run` daemon against the test API server (root only): it programs what the API
-//! says, and publishes one Kubernetes Event per change of a Service it cannot program, not one
-//! per sync.
+//! says, publishes one Kubernetes Event per change of a Service it cannot program (or whose
+//! health check port it cannot open), not one per sync, and serves healthCheckNodePorts.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -154,8 +154,30 @@ fn the_agent_serves_health_check_node_ports_of_external_local_services() {
     local.endpoints[0].node_name = Some("n1".into());
     local.endpoints[1].node_name = Some("n2".into());
     lab.server.apply(local);
+    // A second such Service, whose health check port some other process holds.
+    let squatter = lab.ns.run(|| std::net::TcpListener::bind("192.168.0.2:30124")).unwrap();
+    let mut squatted = service("ns1", "squatted", "172.30.0.21", 80);
+    let spec = squatted.spec.as_mut().unwrap();
+    spec.type_ = Some("LoadBalancer".into());
+    spec.external_traffic_policy = Some("Local".into());
+    spec.health_check_node_port = Some(30124);
+    spec.ports.as_mut().unwrap()[0].node_port = Some(30081);
+    lab.server.apply(squatted);
+    let mut squatted_local = slice("ns1", "squatted", &["10.0.1.9".to_string()], None);
+    squatted_local.endpoints[0].node_name = Some("n1".into());
+    lab.server.apply(squatted_local);
+
     let agent = Agent::start(&lab, "hcnp");
     agent.wait("the health check answers 200", || health_check(&lab, "192.168.0.2:30123").is_some_and(|r| r.0 == 200));
+    agent.wait("an Event on the Service whose port is taken", || publications(&lab, "squatted").0 >= 1);
+    let (n, said) = publications(&lab, "squatted");
+    assert_eq!(n, 1, "{said:?}");
+    assert!(
+        said[0].contains("Warning")
+            && said[0].contains("FailedToStartServiceHealthcheck")
+            && said[0].contains(r#"node n1 failed to start healthcheck "ns1/squatted" on port 30124"#),
+        "{said:?}"
+    );
     let (_, weight, body) = health_check(&lab, "192.168.0.2:30123").unwrap();
     assert_eq!(weight, "1", "one local endpoint");
     assert_eq!(body, r#"{"service":{"namespace":"ns1","name":"shop"},"localEndpoints":1,"serviceProxyHealthy":true}"#);
@@ -166,5 +188,15 @@ fn the_agent_serves_health_check_node_ports_of_external_local_services() {
     lab.server.apply(remote_only);
     agent.wait("the health check answers 503", || {
         health_check(&lab, "192.168.0.2:30123").is_some_and(|r| r.0 == 503 && r.1 == "0")
+    });
+    assert_eq!(publications(&lab, "squatted").0, 1, "a port that stays taken is announced once, not per sync");
+
+    // The port is freed: the next sync opens it.
+    drop(squatter);
+    let mut back = slice("ns1", "shop", &["10.0.1.1".to_string()], None);
+    back.endpoints[0].node_name = Some("n1".into());
+    lab.server.apply(back);
+    agent.wait("the freed health check port answers 200", || {
+        health_check(&lab, "192.168.0.2:30124").is_some_and(|r| r.0 == 200 && r.1 == "1")
     });
 }

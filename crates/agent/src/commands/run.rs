@@ -52,13 +52,16 @@ pub fn run(cfg: RunConfig) -> Result<()> {
         ..SyncConfig::default()
     };
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
+    let health_notice_tx = notice_tx.clone();
     let mut sync_loop = SyncLoop::new(cache, nl, sync_cfg, health.clone()).with_notices(move |n| {
         let _ = notice_tx.send(n);
     });
     if !cfg.once {
-        sync_loop = sync_loop
-            .with_after_sync(ServiceHealthServer::new(rt.handle().clone(), health))
-            .with_after_sync(ConntrackCleaner::new());
+        let service_health =
+            ServiceHealthServer::new(rt.handle().clone(), health).with_notices(&cfg.rules.node_name, move |n| {
+                let _ = health_notice_tx.send(n);
+            });
+        sync_loop = sync_loop.with_after_sync(service_health).with_after_sync(ConntrackCleaner::new());
     }
     let syncer = std::thread::Builder::new().name("sync".into()).spawn(move || sync_loop.run(rx))?;
 

@@ -13,14 +13,15 @@
 //! [`health_targets`] is pure. [`ServiceHealthServer::sync`] opens the listeners of new
 //! Services, closes those of Services that went away or changed port, and updates the counts the
 //! open listeners answer with. A port that cannot be bound is logged and tried again on the
-//! next sync.
+//! next sync; with [`ServiceHealthServer::with_notices`] it is also announced, once per distinct
+//! failure, for an Event like upstream's `FailedToStartServiceHealthcheck`.
 
 mod http;
 mod server;
 mod targets;
 
 pub use http::{Reply, reply};
-pub use server::ServiceHealthServer;
+pub use server::{FAILED_TO_START, ServiceHealthServer};
 pub use targets::{HealthTarget, health_targets};
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use super::http::serve;
 use super::targets::HealthTarget;
 use crate::health::ProxyHealth;
+use crate::sync::ProblemNotice;
 use nix::sys::socket::{setsockopt, sockopt::Ipv6V6Only};
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -15,12 +16,16 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
+use verdict_model::{ObjectKind, ObjectRef, Problem};
 
 /// The backlog of each listener.
 const BACKLOG: u32 = 1024;
 
 /// How long `sync` waits for a closed listener to release its port.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The Event reason upstream kube-proxy uses when a health check port cannot be opened.
+pub const FAILED_TO_START: &str = "FailedToStartServiceHealthcheck";
 
 /// What the listeners of one Service answer with; updated in place by `sync`.
 #[derive(Debug)]
@@ -43,17 +48,32 @@ struct Instance {
     shared: Arc<Shared>,
     /// One serving task per bound address.
     listeners: BTreeMap<IpAddr, JoinHandle<()>>,
+    /// The bind failure last announced, so a port that stays busy is announced once, not on
+    /// every retry.
+    announced_failure: Option<String>,
 }
 
 /// The health-check listeners of every eTP=Local Service with a `healthCheckNodePort`.
 ///
 /// `sync` is called from the (synchronous) sync loop; the listeners are served on the given
 /// tokio runtime. Dropping the server closes every listener.
-#[derive(Debug)]
 pub struct ServiceHealthServer {
     runtime: Handle,
     proxy: Arc<ProxyHealth>,
     services: Mutex<BTreeMap<(String, String), Instance>>,
+    notices: Option<Notices>,
+}
+
+/// Where bind failures are announced (as Events, by the agent).
+struct Notices {
+    node: String,
+    notify: Box<dyn Fn(ProblemNotice) + Send + Sync>,
+}
+
+impl fmt::Debug for ServiceHealthServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServiceHealthServer").field("services", &self.lock().len()).finish_non_exhaustive()
+    }
 }
 
 /// The addresses to bind: the given ones (an unspecified address of a family replaces the other
@@ -101,7 +121,31 @@ impl ServiceHealthServer {
     /// A server with no listeners yet; they are served on `runtime`, and answer with the
     /// proxy's health.
     pub fn new(runtime: Handle, proxy: Arc<ProxyHealth>) -> Self {
-        ServiceHealthServer { runtime, proxy, services: Mutex::new(BTreeMap::new()) }
+        ServiceHealthServer { runtime, proxy, services: Mutex::new(BTreeMap::new()), notices: None }
+    }
+
+    /// Announces each Service whose health check port cannot be opened through `notify`, once
+    /// per distinct failure, with upstream's reason and message (naming `node`).
+    pub fn with_notices(mut self, node: &str, notify: impl Fn(ProblemNotice) + Send + Sync + 'static) -> Self {
+        self.notices = Some(Notices { node: node.to_string(), notify: Box::new(notify) });
+        self
+    }
+
+    fn announce(&self, inst: &mut Instance, failure: Option<String>) {
+        if inst.announced_failure == failure {
+            return;
+        }
+        inst.announced_failure = failure.clone();
+        let (Some(notices), Some(error)) = (&self.notices, failure) else { return };
+        let object = ObjectRef::new(ObjectKind::Service, &inst.shared.namespace, &inst.shared.name);
+        let message = format!(
+            "node {} failed to start healthcheck \"{}\" on port {}: {error}",
+            notices.node, inst.shared, inst.port
+        );
+        (notices.notify)(ProblemNotice {
+            problems: vec![Problem::new(object.clone(), FAILED_TO_START, message)],
+            object,
+        });
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<(String, String), Instance>> {
@@ -152,8 +196,10 @@ impl ServiceHealthServer {
                     local_endpoints: AtomicUsize::new(t.local_endpoints),
                 }),
                 listeners: BTreeMap::new(),
+                announced_failure: None,
             });
             inst.shared.local_endpoints.store(t.local_endpoints, Ordering::Relaxed);
+            let mut failure = None;
             for &addr in &addrs {
                 if inst.listeners.contains_key(&addr) {
                     continue;
@@ -174,9 +220,11 @@ impl ServiceHealthServer {
                             %addr,
                             "failed to start health check (retried on the next sync): {e}"
                         );
+                        failure.get_or_insert_with(|| format!("listen tcp {}: {e}", SocketAddr::new(addr, inst.port)));
                     }
                 }
             }
+            self.announce(inst, failure);
         }
     }
 

@@ -214,6 +214,45 @@ fn a_busy_port_does_not_stop_the_others_and_is_retried_on_a_later_sync() {
 }
 
 #[test]
+fn a_busy_port_is_announced_once_per_distinct_failure() {
+    let rt = runtime();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server =
+        ServiceHealthServer::new(rt.handle().clone(), healthy()).with_notices("node-a", move |n| tx.send(n).unwrap());
+    let busy = TcpListener::bind((LOCALHOST, 0)).unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let also_busy = TcpListener::bind((LOCALHOST, 0)).unwrap();
+    let also_busy_port = also_busy.local_addr().unwrap().port();
+
+    for _ in 0..3 {
+        server.sync(&[target("default", "web", busy_port, 1)], &[LOCALHOST]);
+    }
+    let notices: Vec<_> = rx.try_iter().collect();
+    assert_eq!(notices.len(), 1, "three failed syncs, one announcement: {notices:?}");
+    let p = &notices[0].problems[0];
+    assert_eq!((p.reason, p.object.to_string()), (FAILED_TO_START, "Service default/web".to_string()));
+    assert!(
+        p.message
+            .starts_with(&format!("node node-a failed to start healthcheck \"default/web\" on port {busy_port}: ")),
+        "{}",
+        p.message
+    );
+
+    // Another port, busy too: a different failure, announced.
+    server.sync(&[target("default", "web", also_busy_port, 1)], &[LOCALHOST]);
+    let notices: Vec<_> = rx.try_iter().collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0].problems[0].message.contains(&also_busy_port.to_string()), "{notices:?}");
+
+    // Freed: it opens, and nothing is announced.
+    drop(also_busy);
+    server.sync(&[target("default", "web", also_busy_port, 1)], &[LOCALHOST]);
+    assert_eq!(get(also_busy_port).status, 200);
+    assert_eq!(rx.try_iter().count(), 0);
+    drop(busy);
+}
+
+#[test]
 fn no_bind_addresses_listens_on_every_address() {
     let rt = runtime();
     let server = ServiceHealthServer::new(rt.handle().clone(), healthy());
