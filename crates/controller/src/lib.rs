@@ -15,6 +15,7 @@ pub mod leftovers;
 pub mod manifests;
 pub mod metrics;
 pub mod service_health;
+pub mod stale_chains;
 pub mod sync;
 pub mod translate;
 pub mod watch;

@@ -8,12 +8,16 @@
 //! difference), after any failed transaction (retried with backoff up to `sync_period`), when
 //! the node's facts change, and every `full_sync_period`.
 //!
+//! On kernels before 6.2, chains that go out of use are flushed and deleted a second later in a
+//! transaction of their own (see [`crate::stale_chains`]).
+//!
 //! The loop runs on its own thread: netlink calls block, and a cold sync at 100k Services keeps
 //! the kernel busy for a second.
 
 use crate::event::{Event, Kind, Object};
 use crate::health::{ProxyHealth, TO_BE_DELETED_TAINT};
 use crate::metrics as m;
+use crate::stale_chains::StaleChains;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -36,6 +40,9 @@ pub struct SyncConfig {
     pub full_sync_period: Duration,
     /// Stop after the first sync (success or failure).
     pub once: bool,
+    /// Delete chains that go out of use in a later transaction (needed before kernel 6.2;
+    /// switched on by itself when the kernel refuses a chain deletion as busy).
+    pub defer_chain_deletion: bool,
 }
 
 impl Default for SyncConfig {
@@ -46,6 +53,7 @@ impl Default for SyncConfig {
             sync_period: Duration::from_secs(30),
             full_sync_period: Duration::from_secs(3600),
             once: false,
+            defer_chain_deletion: false,
         }
     }
 }
@@ -106,6 +114,7 @@ pub struct SyncLoop {
     nl: Netlink,
     health: Arc<ProxyHealth>,
     table: Option<DesiredTable>,
+    stale_chains: StaleChains,
     needs_full: bool,
     listed: HashSet<Kind>,
     inventory: BTreeMap<Kind, HashSet<Key>>,
@@ -136,6 +145,7 @@ impl SyncLoop {
     pub fn new(cache: ModelCache, nl: Netlink, cfg: SyncConfig, health: Arc<ProxyHealth>) -> SyncLoop {
         let backoff = cfg.min_sync_period.max(Duration::from_millis(100));
         SyncLoop {
+            stale_chains: StaleChains::new(cfg.defer_chain_deletion),
             cfg,
             cache,
             nl,
@@ -238,6 +248,11 @@ impl SyncLoop {
         } else {
             None
         };
+        let stale = self.stale_chains.due_at().map(|at| earliest.map_or(at, |e| e.max(at)));
+        let wanted = match (wanted, stale) {
+            (Some(w), Some(s)) => Some(w.min(s)),
+            (w, s) => w.or(s),
+        };
         Some(wanted.map_or(periodic, |w| w.min(periodic)))
     }
 
@@ -248,7 +263,7 @@ impl SyncLoop {
         if now >= self.last_full + self.cfg.full_sync_period {
             self.needs_full = true;
         }
-        self.has_work()
+        (self.has_work() || self.stale_chains.due_at().is_some_and(|at| now >= at))
             && self.last_sync_end.is_none_or(|t| now >= t + self.cfg.min_sync_period)
             && self.retry_at.is_none_or(|r| now >= r)
     }
@@ -355,13 +370,14 @@ impl SyncLoop {
             self.cache.set_local_addresses(local_addresses());
         }
         let rebuilt = self.cache.rebuild();
+        let stale_deleted = self.delete_stale_chains(started);
         let full =
             self.needs_full || rebuilt.facts_changed || self.table.as_ref().is_none_or(|t| !t.fits(self.cache.model()));
         let opts = RenderOptions { table: self.cfg.table.clone() };
         let mut report = SyncReport {
             full,
             rendered_ports: if full { self.cache.model().services.len() } else { rebuilt.changes.len() },
-            objects: 0,
+            objects: stale_deleted,
             bytes: 0,
             took: Duration::ZERO,
             error: None,
@@ -377,10 +393,12 @@ impl SyncLoop {
                             tracing::warn!("replacing an object verdict did not write: {f}");
                         }
                     }
-                    let plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
-                    report.objects = plan.transaction.object_count();
-                    let stats = self.nl.commit(&plan.transaction).map_err(|e| e.to_string())?;
-                    report.bytes = stats.bytes;
+                    let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
+                    let deferred = self.stale_chains.split(&mut plan.transaction);
+                    report.objects += plan.transaction.object_count();
+                    let stats = self.nl.commit(&plan.transaction).map_err(|e| self.learn(e))?;
+                    report.bytes += stats.bytes;
+                    self.stale_chains.flushed(deferred, Instant::now());
                     table.adopt(plan.result);
                     Ok(())
                 });
@@ -391,15 +409,17 @@ impl SyncLoop {
             for c in &rebuilt.changes {
                 table.update(c.old.as_ref(), c.new.as_ref());
             }
-            let tx = table.plan();
-            report.objects = tx.object_count();
+            let mut tx = table.plan();
+            let deferred = self.stale_chains.split(&mut tx);
+            report.objects += tx.object_count();
             match self.nl.commit(&tx) {
                 Ok(stats) => {
-                    report.bytes = stats.bytes;
+                    report.bytes += stats.bytes;
                     table.committed();
+                    self.stale_chains.flushed(deferred, Instant::now());
                     Ok(())
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(self.learn(e)),
             }
         };
         report.took = started.elapsed();
@@ -407,6 +427,9 @@ impl SyncLoop {
         self.last_sync_end = Some(now);
         match outcome {
             Ok(()) => {
+                if let Some(table) = &self.table {
+                    self.stale_chains.forget_wanted(|chain| table.ruleset().chains.contains_key(chain));
+                }
                 self.succeeded(&mut report, now);
                 let model = self.cache.model();
                 for work in &mut self.after {
@@ -426,6 +449,36 @@ impl SyncLoop {
         metrics::histogram!(m::SYNC_DURATION).record(secs);
         metrics::histogram!(if full { m::SYNC_FULL_DURATION } else { m::SYNC_PARTIAL_DURATION }).record(secs);
         report
+    }
+
+    /// Notes what a refused commit teaches (see [`StaleChains::learn`]); the error, as text.
+    fn learn(&mut self, e: verdict_nft::netlink::NetlinkError) -> String {
+        if self.stale_chains.learn(&e) {
+            tracing::warn!(
+                "the kernel keeps chains busy after their last reference is deleted (before 6.2): \
+                 unused chains are deleted a second after they are flushed from now on"
+            );
+        }
+        e.to_string()
+    }
+
+    /// Deletes, in a transaction of their own, the flushed chains whose wait is over and that
+    /// the table does not want again. Returns the objects written. A failure is counted and
+    /// turns this sync into a full reconcile, which plans whatever is left over again.
+    fn delete_stale_chains(&mut self, now: Instant) -> usize {
+        let Some(tx) = self.stale_chains.take_due(&self.cfg.table, now) else { return 0 };
+        match self.nl.commit(&tx) {
+            Ok(_) => {
+                tracing::debug!(chains = tx.ops.len(), "deleted chains flushed earlier");
+                tx.object_count()
+            }
+            Err(e) => {
+                metrics::counter!(m::CLEANUP_FAILURES).increment(1);
+                tracing::warn!("deleting chains flushed earlier failed; reconciling the whole table: {e}");
+                self.needs_full = true;
+                0
+            }
+        }
     }
 
     fn succeeded(&mut self, report: &mut SyncReport, now: Instant) {

@@ -1,5 +1,6 @@
 //! The sync loop against the real kernel, fed through its event channel.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Duration;
@@ -41,6 +42,11 @@ fn config() -> ProxyConfig {
 
 /// Starts a sync loop whose netlink socket lives in `ns`.
 fn start(ns: &Netns) -> Running {
+    start_with(ns, false)
+}
+
+/// Starts a sync loop that deletes unused chains at once, or (as before kernel 6.2) later.
+fn start_with(ns: &Netns, defer_chain_deletion: bool) -> Running {
     let (tx, rx) = channel();
     let (rtx, reports) = channel();
     let path = format!("/run/netns/{}", ns.name());
@@ -50,6 +56,7 @@ fn start(ns: &Netns) -> Running {
         let cfg = SyncConfig {
             min_sync_period: Duration::from_millis(50),
             sync_period: Duration::from_millis(400),
+            defer_chain_deletion,
             ..SyncConfig::default()
         };
         let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
@@ -196,4 +203,83 @@ fn a_restart_writes_nothing_or_only_what_changed_meanwhile() {
     assert!((1..=4).contains(&report.objects), "only the change: {report:?}");
     kernel_matches(&ns, &services, &slices);
     third.stop();
+}
+
+/// The per-Service chains of the kernel's table and their rule counts.
+fn own_chains(ns: &Netns) -> BTreeMap<String, usize> {
+    let out = ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut chains = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("chain ") {
+            let name = rest.trim_end_matches(" {").trim_matches('"').to_string();
+            current = name.contains('/').then_some(name);
+            if let Some(c) = &current {
+                chains.insert(c.clone(), 0);
+            }
+        } else if line == "}" {
+            current = None;
+        } else if let Some(c) = &current
+            && !line.is_empty()
+        {
+            *chains.get_mut(c).unwrap() += 1;
+        }
+    }
+    chains
+}
+
+#[test]
+fn deferred_chain_deletion_flushes_first_and_deletes_a_second_later() {
+    require_kernel!();
+    let ns = Netns::new("stale").unwrap();
+    let (mut services, mut slices) = synth::cluster(20, 2, 1000);
+    // ClientIP affinity: Service 3 gets upstream's per-Service chains (one per endpoint).
+    services[3].session_affinity = "ClientIP".into();
+    let r = start_with(&ns, true);
+    list(&r, &services, &slices, true);
+    assert!(r.next().full);
+    kernel_matches(&ns, &services, &slices);
+    let before = own_chains(&ns);
+    assert!(before.len() >= 3 && before.values().all(|&rules| rules > 0), "{before:?}");
+
+    // One endpoint replaced: its chain is flushed and kept, the new one is added.
+    slices[3] = synth::slice(3, 2, 1000, 9);
+    r.tx.send(Event::Apply(Object::EndpointSlice(slices[3].clone()))).unwrap();
+    let changed = r.next();
+    assert!(!changed.full && changed.error.is_none(), "{changed:?}");
+    let after = own_chains(&ns);
+    let gone: Vec<&String> = before.keys().filter(|c| !after.contains_key(*c) || after[*c] == 0).collect();
+    assert_eq!(gone.len(), 1, "one endpoint chain went out of use: {after:?}");
+    assert_eq!(after.get(gone[0]), Some(&0), "it is still there, flushed: {after:?}");
+    let old_chain = gone[0].clone();
+
+    // A second later, a transaction of its own deletes it (nothing else changed).
+    let tidied = r.next();
+    assert!(!tidied.full && tidied.error.is_none(), "{tidied:?}");
+    assert_eq!((tidied.rendered_ports, tidied.objects), (0, 1), "only the chain deletion: {tidied:?}");
+    assert!(!own_chains(&ns).contains_key(&old_chain));
+    kernel_matches(&ns, &services, &slices);
+
+    // Out of use and back in use before its deletion is due: it is kept, with its rules.
+    let original = synth::slice(3, 2, 1000, 0);
+    r.tx.send(Event::Apply(Object::EndpointSlice(original.clone()))).unwrap();
+    assert!(r.next().error.is_none());
+    r.tx.send(Event::Apply(Object::EndpointSlice(slices[3].clone()))).unwrap();
+    assert!(r.next().error.is_none());
+    let tidied = r.next();
+    assert_eq!(tidied.objects, 1, "only the chain of the endpoint that is gone again: {tidied:?}");
+    kernel_matches(&ns, &services, &slices);
+
+    // The Service deleted: all of its chains are flushed, then deleted.
+    r.tx.send(Event::Delete { kind: Kind::Service, namespace: "bench".into(), name: "svc-3".into() }).unwrap();
+    assert!(r.next().error.is_none());
+    let flushed = own_chains(&ns);
+    assert!(!flushed.is_empty() && flushed.values().all(|&rules| rules == 0), "{flushed:?}");
+    let tidied = r.next();
+    assert_eq!(tidied.objects, flushed.len(), "{tidied:?}");
+    assert!(own_chains(&ns).is_empty());
+    services.remove(3);
+    kernel_matches(&ns, &services, &slices);
+    r.stop();
 }

@@ -137,10 +137,97 @@ impl Transaction {
     pub fn object_count(&self) -> usize {
         self.ops.iter().map(Op::objects).sum()
     }
+
+    /// Takes out the deletions of chains that go away (not those deleted to be re-added with
+    /// another hook), and returns their names. The chains are flushed in this transaction all
+    /// the same, so once it commits they are empty and nothing refers to them; a later
+    /// transaction deletes them ([`Transaction::delete_chains`]).
+    ///
+    /// This is for kernels before 6.2, which keep a chain busy for a moment after the last map
+    /// element that jumps to it is deleted: deleting it in the same transaction fails there.
+    pub fn take_chain_deletions(&mut self) -> Vec<String> {
+        let added: std::collections::BTreeSet<String> = self
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::AddChain { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
+        let (mut taken, mut kept) = (Vec::new(), Vec::new());
+        for op in std::mem::take(&mut self.ops) {
+            match op {
+                Op::DeleteChain(name) if !added.contains(&name) => taken.push(name),
+                op => kept.push(op),
+            }
+        }
+        self.ops = kept;
+        taken
+    }
+
+    /// A transaction that deletes these (empty, unreferenced) chains of `table`.
+    pub fn delete_chains(table: &str, chains: impl IntoIterator<Item = String>) -> Transaction {
+        Transaction { table: table.to_string(), ops: chains.into_iter().map(Op::DeleteChain).collect() }
+    }
+}
+
+/// Whether a kernel of this release (as `uname -r` prints it, e.g. `6.1.0-18-amd64`) keeps a
+/// chain busy after its last map reference is deleted, so that unused chains must be deleted in
+/// a later transaction. Kernels from 6.2 on do not. A release that does not parse is treated
+/// as old: deferring is always safe, only slower to tidy up.
+pub fn kernel_needs_deferred_chain_deletion(release: &str) -> bool {
+    let mut numbers = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().ok());
+    match (numbers.next().flatten(), numbers.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) < (6, 2),
+        _ => true,
+    }
 }
 
 impl fmt::Display for Transaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&crate::text::script(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_deletions_are_taken_out_but_not_rebased_chains() {
+        let mut tx = Transaction::new("kube-proxy");
+        tx.ops = vec![
+            Op::DeleteChain("nat-prerouting".into()),
+            Op::AddChain { name: "nat-prerouting".into(), base: None },
+            Op::FlushChain("service-A/ns/tcp/p".into()),
+            Op::DeleteSet("affinity-A".into()),
+            Op::DeleteChain("service-A/ns/tcp/p".into()),
+            Op::FlushChain("endpoint-B/ns/tcp/p__10.0.0.1/80".into()),
+            Op::DeleteChain("endpoint-B/ns/tcp/p__10.0.0.1/80".into()),
+        ];
+        let taken = tx.take_chain_deletions();
+        assert_eq!(taken, vec!["service-A/ns/tcp/p".to_string(), "endpoint-B/ns/tcp/p__10.0.0.1/80".to_string()]);
+        assert_eq!(tx.ops.len(), 5, "{:?}", tx.ops);
+        assert!(matches!(&tx.ops[0], Op::DeleteChain(n) if n == "nat-prerouting"), "a rebased chain stays");
+        assert!(tx.ops.iter().filter(|op| matches!(op, Op::FlushChain(_))).count() == 2, "still flushed");
+
+        let later = Transaction::delete_chains("kube-proxy", taken);
+        assert_eq!(
+            later.ops,
+            vec![
+                Op::DeleteChain("service-A/ns/tcp/p".into()),
+                Op::DeleteChain("endpoint-B/ns/tcp/p__10.0.0.1/80".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn kernels_before_6_2_need_deferred_chain_deletion() {
+        for old in ["5.15.0-113-generic", "6.1.0-18-amd64", "5.14.0-427.el9.x86_64", "4.19.0", "garbage", ""] {
+            assert!(kernel_needs_deferred_chain_deletion(old), "{old}");
+        }
+        for new in ["6.2.0", "6.8.0-45-generic", "6.18.44", "7.0.1-arch1"] {
+            assert!(!kernel_needs_deferred_chain_deletion(new), "{new}");
+        }
     }
 }

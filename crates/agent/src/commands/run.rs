@@ -13,6 +13,7 @@ use verdict_controller::service_health::ServiceHealthServer;
 use verdict_controller::sync::{ProblemNotice, SyncConfig, SyncLoop};
 use verdict_model::ModelCache;
 use verdict_nft::netlink::Netlink;
+use verdict_nft::transaction::kernel_needs_deferred_chain_deletion;
 
 /// How often a manifests directory is checked for changes.
 const MANIFEST_POLL: Duration = Duration::from_millis(500);
@@ -44,11 +45,20 @@ pub fn run(cfg: RunConfig) -> Result<()> {
     let nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
     let (tx, rx) = std::sync::mpsc::channel();
     let (notice_tx, notice_rx) = tokio::sync::mpsc::unbounded_channel::<ProblemNotice>();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let defer_chain_deletion = kernel_needs_deferred_chain_deletion(kernel.trim());
+    if defer_chain_deletion {
+        tracing::info!(
+            kernel = kernel.trim(),
+            "kernel before 6.2: unused chains are deleted a second after they are flushed"
+        );
+    }
     let sync_cfg = SyncConfig {
         table: cfg.rules.table.clone(),
         min_sync_period: cfg.min_sync_period,
         sync_period: cfg.sync_period,
         once: cfg.once,
+        defer_chain_deletion,
         ..SyncConfig::default()
     };
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
