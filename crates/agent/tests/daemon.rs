@@ -149,6 +149,7 @@ fn endpoints_metrics_signals_and_cleanup() {
         "kubeproxy_sync_proxy_rules_service_changes_total",
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
         "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+        "verdict_table_foreign_changes_total",
         "kubeproxy_proxy_healthz_total",
         "kubeproxy_proxy_livez_total",
         "verdict_sync_transaction_operations_count",

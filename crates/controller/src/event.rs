@@ -58,4 +58,6 @@ pub enum Event {
     InitDone(Kind),
     /// Problems of the source itself (manifest files that do not parse); replaces the previous.
     SourceProblems(Vec<Problem>),
+    /// Another program changed the table (what it did): reconcile it.
+    TableChanged(String),
 }

@@ -9,6 +9,7 @@
 
 pub mod conntrack;
 pub mod dir;
+pub mod drift;
 pub mod event;
 pub mod health;
 pub mod leftovers;

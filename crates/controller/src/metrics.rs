@@ -23,6 +23,8 @@ pub const SERVICE_CHANGES_TOTAL: &str = "kubeproxy_sync_proxy_rules_service_chan
 pub const SERVICE_CHANGES_PENDING: &str = "kubeproxy_sync_proxy_rules_service_changes_pending";
 /// Transactions the kernel refused (counter).
 pub const SYNC_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total";
+/// Changes other programs made to the table, each followed by a full reconcile (counter).
+pub const TABLE_DRIFT: &str = "verdict_table_foreign_changes_total";
 /// Failed deletions of chains flushed earlier (counter; upstream's name).
 pub const CLEANUP_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total";
 /// `/healthz` answers by code (counter).
@@ -86,6 +88,7 @@ pub fn describe() {
     describe_gauge!(SERVICE_CHANGES_PENDING, "Pending proxy rules Service changes");
     describe_counter!(SYNC_FAILURES, "Cumulative proxy nftables sync failures");
     describe_counter!(CLEANUP_FAILURES, "Cumulative proxy nftables cleanup failures");
+    describe_counter!(TABLE_DRIFT, "Changes other programs made to verdict's table, each reconciled");
     describe_counter!(HEALTHZ_TOTAL, "Cumulative proxy healthz HTTP status");
     describe_counter!(LIVEZ_TOTAL, "Cumulative proxy livez HTTP status");
     describe_histogram!(TX_OPERATIONS, "Kernel objects written by each nftables transaction");
@@ -102,7 +105,9 @@ pub fn describe() {
 
     // Every series exists from the start (at zero), as in upstream's registry, so dashboards
     // and alerts see them before the first event.
-    for c in [ENDPOINT_CHANGES_TOTAL, SERVICE_CHANGES_TOTAL, SYNC_FAILURES, CLEANUP_FAILURES, CONNTRACK_DELETED] {
+    for c in
+        [ENDPOINT_CHANGES_TOTAL, SERVICE_CHANGES_TOTAL, SYNC_FAILURES, CLEANUP_FAILURES, TABLE_DRIFT, CONNTRACK_DELETED]
+    {
         metrics::counter!(c).increment(0);
     }
     for c in [HEALTHZ_TOTAL, LIVEZ_TOTAL] {

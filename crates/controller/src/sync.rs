@@ -23,7 +23,9 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 use verdict_model::{ModelCache, NodePortAddresses, ObjectKind, ObjectRef, Problem};
-use verdict_nft::netlink::Netlink;
+use verdict_nft::Transaction;
+use verdict_nft::netlink::monitor::MonitorGate;
+use verdict_nft::netlink::{CommitStats, Netlink, NetlinkError};
 use verdict_nft::observe::observe;
 use verdict_nft::{DesiredTable, RenderOptions, diff};
 
@@ -115,6 +117,8 @@ pub struct SyncLoop {
     health: Arc<ProxyHealth>,
     table: Option<DesiredTable>,
     stale_chains: StaleChains,
+    monitor: Option<MonitorGate>,
+    foreign_commit: bool,
     needs_full: bool,
     listed: HashSet<Kind>,
     inventory: BTreeMap<Kind, HashSet<Key>>,
@@ -146,6 +150,8 @@ impl SyncLoop {
         let backoff = cfg.min_sync_period.max(Duration::from_millis(100));
         SyncLoop {
             stale_chains: StaleChains::new(cfg.defer_chain_deletion),
+            monitor: None,
+            foreign_commit: false,
             cfg,
             cache,
             nl,
@@ -176,6 +182,13 @@ impl SyncLoop {
     /// Runs `work` after every successful sync.
     pub fn with_after_sync(mut self, work: impl AfterSync + 'static) -> SyncLoop {
         self.after.push(Box::new(work));
+        self
+    }
+
+    /// Commits outside the group of the table monitor behind `gate` (see
+    /// [`crate::drift`]), and treats another program's commit in that window as a change.
+    pub fn with_monitor(mut self, gate: MonitorGate) -> SyncLoop {
+        self.monitor = Some(gate);
         self
     }
 
@@ -338,6 +351,7 @@ impl SyncLoop {
                 self.source_problems = p;
                 self.queued();
             }
+            Event::TableChanged(what) => self.drifted(&what),
         }
     }
 
@@ -396,7 +410,7 @@ impl SyncLoop {
                     let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
                     let deferred = self.stale_chains.split(&mut plan.transaction);
                     report.objects += plan.transaction.object_count();
-                    let stats = self.nl.commit(&plan.transaction).map_err(|e| self.learn(e))?;
+                    let stats = self.commit(&plan.transaction).map_err(|e| self.learn(e))?;
                     report.bytes += stats.bytes;
                     self.stale_chains.flushed(deferred, Instant::now());
                     table.adopt(plan.result);
@@ -412,8 +426,9 @@ impl SyncLoop {
             let mut tx = table.plan();
             let deferred = self.stale_chains.split(&mut tx);
             report.objects += tx.object_count();
-            match self.nl.commit(&tx) {
-                Ok(stats) => {
+            match commit_watched(&mut self.nl, self.monitor.as_ref(), &tx) {
+                Ok((stats, foreign)) => {
+                    self.foreign_commit |= foreign;
                     report.bytes += stats.bytes;
                     table.committed();
                     self.stale_chains.flushed(deferred, Instant::now());
@@ -427,6 +442,9 @@ impl SyncLoop {
         self.last_sync_end = Some(now);
         match outcome {
             Ok(()) => {
+                if std::mem::take(&mut self.foreign_commit) {
+                    self.drifted("a commit by another program while verdict committed");
+                }
                 if let Some(table) = &self.table {
                     self.stale_chains.forget_wanted(|chain| table.ruleset().chains.contains_key(chain));
                 }
@@ -451,6 +469,20 @@ impl SyncLoop {
         report
     }
 
+    /// Commits `tx` (see [`commit_watched`]).
+    fn commit(&mut self, tx: &Transaction) -> Result<CommitStats, NetlinkError> {
+        let (stats, foreign) = commit_watched(&mut self.nl, self.monitor.as_ref(), tx)?;
+        self.foreign_commit |= foreign;
+        Ok(stats)
+    }
+
+    /// Another program changed the table: the next sync reconciles it against the kernel.
+    fn drifted(&mut self, what: &str) {
+        tracing::info!(table = self.cfg.table, "another program changed the table ({what}); reconciling");
+        metrics::counter!(m::TABLE_DRIFT).increment(1);
+        self.needs_full = true;
+    }
+
     /// Notes what a refused commit teaches (see [`StaleChains::learn`]); the error, as text.
     fn learn(&mut self, e: verdict_nft::netlink::NetlinkError) -> String {
         if self.stale_chains.learn(&e) {
@@ -467,7 +499,7 @@ impl SyncLoop {
     /// turns this sync into a full reconcile, which plans whatever is left over again.
     fn delete_stale_chains(&mut self, now: Instant) -> usize {
         let Some(tx) = self.stale_chains.take_due(&self.cfg.table, now) else { return 0 };
-        match self.nl.commit(&tx) {
+        match self.commit(&tx) {
             Ok(_) => {
                 tracing::debug!(chains = tx.ops.len(), "deleted chains flushed earlier");
                 tx.object_count()
@@ -565,6 +597,25 @@ impl SyncLoop {
             notify(ProblemNotice { object, problems });
         }
     }
+}
+
+/// Commits `tx`. With a table monitor, it leaves the monitor's group for the commit (notices
+/// of our own changes would slow a large commit several times), and says whether another
+/// program committed meanwhile: the generation must have moved by exactly our one commit.
+fn commit_watched(
+    nl: &mut Netlink,
+    monitor: Option<&MonitorGate>,
+    tx: &Transaction,
+) -> Result<(CommitStats, bool), NetlinkError> {
+    let Some(gate) = monitor.filter(|_| !tx.is_empty()) else { return Ok((nl.commit(tx)?, false)) };
+    let before = nl.genid()?;
+    gate.pause()?;
+    let committed = nl.commit(tx);
+    let resumed = gate.resume();
+    let stats = committed?;
+    resumed?;
+    let after = nl.genid()?;
+    Ok((stats, after != before.wrapping_add(1)))
 }
 
 /// The addresses of the node's interfaces (for `--nodeport-addresses` CIDRs).

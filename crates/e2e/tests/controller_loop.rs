@@ -47,7 +47,14 @@ fn start(ns: &Netns) -> Running {
 
 /// Starts a sync loop that deletes unused chains at once, or (as before kernel 6.2) later.
 fn start_with(ns: &Netns, defer_chain_deletion: bool) -> Running {
+    start_loop(ns, defer_chain_deletion, false)
+}
+
+/// Starts a sync loop, optionally watching its table for other programs' changes. (A watched
+/// loop never ends: the monitor thread keeps its channel open. Do not `stop` it.)
+fn start_loop(ns: &Netns, defer_chain_deletion: bool, watched: bool) -> Running {
     let (tx, rx) = channel();
+    let monitor_tx = watched.then(|| tx.clone());
     let (rtx, reports) = channel();
     let path = format!("/run/netns/{}", ns.name());
     let thread = std::thread::spawn(move || {
@@ -60,8 +67,11 @@ fn start_with(ns: &Netns, defer_chain_deletion: bool) -> Running {
             ..SyncConfig::default()
         };
         let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
-        let l =
+        let mut l =
             SyncLoop::new(ModelCache::new(config(), "bench"), Netlink::open().unwrap(), cfg, health).with_reports(rtx);
+        if let Some(monitor_tx) = monitor_tx {
+            l = l.with_monitor(verdict_controller::drift::watch_table("kube-proxy", monitor_tx).unwrap());
+        }
         l.run(rx).unwrap();
     });
     Running { tx, reports, thread: Some(thread) }
@@ -282,4 +292,40 @@ fn deferred_chain_deletion_flushes_first_and_deletes_a_second_later() {
     services.remove(3);
     kernel_matches(&ns, &services, &slices);
     r.stop();
+}
+
+#[test]
+fn changes_by_other_programs_are_reconciled_and_our_own_are_not_taken_for_them() {
+    require_kernel!();
+    let ns = Netns::new("drift").unwrap();
+    let (services, mut slices) = synth::cluster(50, 2, 1000);
+    let r = start_loop(&ns, false, true);
+    list(&r, &services, &slices, true);
+    assert!(r.next().full);
+
+    // Our own commits: partial syncs, and no reconcile after them.
+    for (k, slice) in slices.iter_mut().enumerate().take(4).skip(1) {
+        *slice = synth::slice(k, 2, 1000, k);
+        r.tx.send(Event::Apply(Object::EndpointSlice(slice.clone()))).unwrap();
+        let report = r.next();
+        assert!(!report.full && report.objects > 0, "{report:?}");
+    }
+    assert!(r.none_within(Duration::from_millis(500)), "verdict's own commits were taken for another program's");
+
+    // Another program flushes a chain, then deletes the table: each is repaired with no change
+    // from the API.
+    for tamper in [
+        &["nft", "flush", "chain", "inet", "kube-proxy", "services"][..],
+        &["nft", "delete", "table", "inet", "kube-proxy"],
+    ] {
+        ns.check(tamper).unwrap();
+        let healed = r.next();
+        assert!(healed.full && healed.error.is_none() && healed.objects > 0, "{tamper:?}: {healed:?}");
+        kernel_matches(&ns, &services, &slices);
+    }
+
+    // Another table's changes are none of our business.
+    ns.check(&["nft", "add", "table", "inet", "somebody-else"]).unwrap();
+    ns.check(&["nft", "add", "chain", "inet", "somebody-else", "c"]).unwrap();
+    assert!(r.none_within(Duration::from_millis(500)), "another table's change caused a sync");
 }

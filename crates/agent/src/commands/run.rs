@@ -72,6 +72,10 @@ pub fn run(cfg: RunConfig) -> Result<()> {
                 let _ = health_notice_tx.send(n);
             });
         sync_loop = sync_loop.with_after_sync(service_health).with_after_sync(ConntrackCleaner::new());
+        match verdict_controller::drift::watch_table(&cfg.rules.table, tx.clone()) {
+            Ok(gate) => sync_loop = sync_loop.with_monitor(gate),
+            Err(e) => tracing::warn!("not watching the table for changes by other programs: {e}"),
+        }
     }
     let syncer = std::thread::Builder::new().name("sync".into()).spawn(move || sync_loop.run(rx))?;
 

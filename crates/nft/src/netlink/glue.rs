@@ -925,4 +925,31 @@ impl Socket {
     fn fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }
+
+    /// A second descriptor of the same socket, for changing its group memberships from
+    /// another thread while this one waits in `recv`.
+    pub(crate) fn duplicate(&self) -> io::Result<std::os::fd::OwnedFd> {
+        // SAFETY: the fd is open for as long as `self` lives, which outlasts this borrow.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
+        borrowed.try_clone_to_owned()
+    }
+}
+
+const NETLINK_ADD_MEMBERSHIP: libc::c_int = 1;
+const NETLINK_DROP_MEMBERSHIP: libc::c_int = 2;
+
+/// Joins or leaves a netlink multicast group on the socket behind `fd`.
+pub(crate) fn set_membership(fd: std::os::fd::BorrowedFd<'_>, group: u32, join: bool) -> io::Result<()> {
+    let name = if join { NETLINK_ADD_MEMBERSHIP } else { NETLINK_DROP_MEMBERSHIP };
+    // SAFETY: `fd` is a borrowed, open socket; the value is a u32 passed by pointer with its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            SOL_NETLINK,
+            name,
+            (&group as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }

@@ -11,6 +11,7 @@
 mod elements;
 mod foreign;
 mod glue;
+pub mod monitor;
 pub(crate) mod wire;
 
 pub use foreign::TableFamily;

@@ -1,0 +1,38 @@
+//! Changes other programs make to verdict's table (`nft flush ruleset`, a firewall restart, an
+//! operator's `nft delete chain`): noticed within moments and reconciled, not left until the
+//! hourly full sync.
+//!
+//! ```text
+//!  kernel ──nftables notices──> monitor thread ──Event::TableChanged──> SyncLoop (full sync)
+//!     ^                                                                    │
+//!     └──────────── commits, outside the monitor's group (MonitorGate) ────┘
+//! ```
+
+use crate::event::Event;
+use std::sync::mpsc::Sender;
+use verdict_nft::netlink::NetlinkError;
+use verdict_nft::netlink::monitor::{MonitorGate, TableMonitor, TableNotice};
+
+/// Starts watching `inet <table>` (in the calling thread's network namespace) on a thread of
+/// its own, which sends [`Event::TableChanged`] for each foreign change. Hand the gate to
+/// [`crate::sync::SyncLoop::with_monitor`], so verdict's own commits are not reported.
+pub fn watch_table(table: &str, tx: Sender<Event>) -> Result<MonitorGate, NetlinkError> {
+    let (mut monitor, gate) = TableMonitor::open(table)?;
+    let spawned = std::thread::Builder::new().name("monitor".into()).spawn(move || {
+        loop {
+            let what = match monitor.wait() {
+                Ok(TableNotice::Changed(kind)) => kind.to_string(),
+                Ok(TableNotice::Overflow) => "notices lost".to_string(),
+                Err(e) => {
+                    tracing::warn!("watching the table for changes by other programs stopped: {e}");
+                    return;
+                }
+            };
+            if tx.send(Event::TableChanged(what)).is_err() {
+                return;
+            }
+        }
+    });
+    spawned.map_err(NetlinkError::Io)?;
+    Ok(gate)
+}
