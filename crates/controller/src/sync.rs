@@ -609,11 +609,15 @@ fn commit_watched(
 ) -> Result<(CommitStats, bool), NetlinkError> {
     let Some(gate) = monitor.filter(|_| !tx.is_empty()) else { return Ok((nl.commit(tx)?, false)) };
     let before = nl.genid()?;
-    gate.pause()?;
+    // Failing to leave or rejoin the group only costs speed or a notice: never fail the sync.
+    if let Err(e) = gate.pause() {
+        tracing::debug!("committing without pausing the table monitor: {e}");
+    }
     let committed = nl.commit(tx);
-    let resumed = gate.resume();
+    if let Err(e) = gate.resume() {
+        tracing::warn!("the table monitor could not rejoin its group; changes by other programs may go unnoticed: {e}");
+    }
     let stats = committed?;
-    resumed?;
     let after = nl.genid()?;
     Ok((stats, after != before.wrapping_add(1)))
 }
