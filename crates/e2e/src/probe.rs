@@ -50,6 +50,18 @@ impl Reply {
     pub fn masqueraded(&self) -> bool {
         self.local.is_none_or(|l| l.ip() != self.peer || l.port() != self.peer_port)
     }
+
+    /// Whether what the backend saw agrees with `masquerade` expected. Without masquerading,
+    /// conntrack may still pick another source port when a DNATed tuple clashes with an
+    /// earlier connection's entry, so only the address counts, except for a client on a node,
+    /// whose own address masquerading may keep (there only the port tells).
+    pub fn agrees_with(&self, masquerade: bool, client_is_node: bool) -> bool {
+        if masquerade || client_is_node {
+            self.masqueraded() == masquerade
+        } else {
+            self.local.is_some_and(|l| l.ip() == self.peer)
+        }
+    }
 }
 
 /// Parses `<name> peer=<ip>:<port>`.

@@ -62,13 +62,14 @@ fn pod_ip(c: &NsCluster, pod: &str) -> IpAddr {
     c.topo.pod(pod).ipv4.into()
 }
 
-/// Every connection answered, by exactly `pods`, masqueraded or not.
+/// Every connection answered, by exactly `pods`, masqueraded or not (clients are pods or
+/// external, never a node).
 fn answered_by(outcomes: &[Outcome], pods: &[&str], masquerade: bool) -> Result<()> {
     let mut seen = BTreeSet::new();
     for o in outcomes {
         let Some(r) = o.reply() else { bail!("a connection failed: {o:?} (all: {outcomes:?})") };
         ensure!(
-            r.masqueraded() == masquerade,
+            r.agrees_with(masquerade, false),
             "{} saw {}:{} (masquerade expected: {masquerade})",
             r.backend,
             r.peer,

@@ -241,18 +241,20 @@ impl Lab {
             From::External | From::ExternalAt(_) => self.cluster.external.run(connect),
             From::Node | From::NodeAt(_) => self.cluster.nodes[0].ns.run(connect),
         };
-        if let Err(why) = self.judge(&expect, &outcomes) {
+        let from_node = matches!(from, From::Node | From::NodeAt(_));
+        if let Err(why) = self.judge(&expect, &outcomes, from_node) {
             panic!("packets disagree with the scenario: {why}\noutcomes: {outcomes:#?}\n{}", context());
         }
     }
 
-    fn judge(&self, expect: &Expect, outcomes: &[Outcome]) -> Result<(), String> {
+    /// `from_node`: the client is a node (see [`crate::probe::Reply::agrees_with`]).
+    fn judge(&self, expect: &Expect, outcomes: &[Outcome], from_node: bool) -> Result<(), String> {
         match expect {
             Expect::Pods { pods, masquerade, .. } => {
                 let mut seen = BTreeSet::new();
                 for o in outcomes {
                     let r = o.reply().ok_or_else(|| format!("a connection failed: {o:?}"))?;
-                    if r.masqueraded() != *masquerade {
+                    if !r.agrees_with(*masquerade, from_node) {
                         return Err(format!(
                             "{} saw source {}:{} (masquerade expected: {masquerade})",
                             r.backend, r.peer, r.peer_port
