@@ -30,16 +30,6 @@ impl StaleChains {
         StaleChains { deferring, flushed: BTreeMap::new() }
     }
 
-    /// Whether chain deletions are deferred.
-    pub fn deferring(&self) -> bool {
-        self.deferring
-    }
-
-    /// The chains waiting for deletion, by name.
-    pub fn waiting(&self) -> impl Iterator<Item = &str> {
-        self.flushed.keys().map(String::as_str)
-    }
-
     /// When deferring, takes the chain deletions out of `tx`; hand them to [`Self::flushed`]
     /// once `tx` has committed.
     pub fn split(&self, tx: &mut Transaction) -> Vec<String> {
@@ -123,8 +113,7 @@ mod tests {
         stale.forget_wanted(|c| c == "b");
         let later = stale.take_due("kube-proxy", t0 + STALE_CHAIN_DELAY).expect("a is due");
         assert_eq!(later.ops, vec![Op::DeleteChain("a".into())], "b is in use again");
-        assert_eq!(stale.waiting().count(), 0);
-        assert_eq!(stale.due_at(), None);
+        assert_eq!(stale.due_at(), None, "nothing waits any more");
     }
 
     #[test]
@@ -134,9 +123,9 @@ mod tests {
         let mut stale = StaleChains::new(false);
         assert!(!stale.learn(&busy("delete chain x", nix::errno::Errno::ENOENT)));
         assert!(!stale.learn(&busy("delete set x", nix::errno::Errno::EBUSY)));
-        assert!(!stale.deferring());
-        assert!(stale.learn(&busy("delete chain x", nix::errno::Errno::EBUSY)));
-        assert!(stale.deferring());
+        assert!(stale.learn(&busy("delete chain x", nix::errno::Errno::EBUSY)), "was still off");
         assert!(!stale.learn(&busy("delete chain y", nix::errno::Errno::EBUSY)), "already on");
+        let mut tx = tx_deleting(&["a"]);
+        assert_eq!(stale.split(&mut tx), vec!["a".to_string()], "on: deletions are deferred");
     }
 }

@@ -391,8 +391,8 @@ impl SyncLoop {
         let mut report = SyncReport {
             full,
             rendered_ports: if full { self.cache.model().services.len() } else { rebuilt.changes.len() },
-            objects: stale_deleted,
-            bytes: 0,
+            objects: stale_deleted.0,
+            bytes: stale_deleted.1,
             took: Duration::ZERO,
             error: None,
             programming_latency: Vec::new(),
@@ -495,20 +495,21 @@ impl SyncLoop {
     }
 
     /// Deletes, in a transaction of their own, the flushed chains whose wait is over and that
-    /// the table does not want again. Returns the objects written. A failure is counted and
-    /// turns this sync into a full reconcile, which plans whatever is left over again.
-    fn delete_stale_chains(&mut self, now: Instant) -> usize {
-        let Some(tx) = self.stale_chains.take_due(&self.cfg.table, now) else { return 0 };
+    /// the table does not want again. Returns the objects and bytes written. A failure is
+    /// counted and turns this sync into a full reconcile, which plans whatever is left over
+    /// again.
+    fn delete_stale_chains(&mut self, now: Instant) -> (usize, usize) {
+        let Some(tx) = self.stale_chains.take_due(&self.cfg.table, now) else { return (0, 0) };
         match self.commit(&tx) {
-            Ok(_) => {
+            Ok(stats) => {
                 tracing::debug!(chains = tx.ops.len(), "deleted chains flushed earlier");
-                tx.object_count()
+                (tx.object_count(), stats.bytes)
             }
             Err(e) => {
                 metrics::counter!(m::CLEANUP_FAILURES).increment(1);
                 tracing::warn!("deleting chains flushed earlier failed; reconciling the whole table: {e}");
                 self.needs_full = true;
-                0
+                (0, 0)
             }
         }
     }
