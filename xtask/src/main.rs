@@ -4,6 +4,7 @@
 //! cargo xtask test    install what is missing, build, run every test (kernel and packet tests too)
 //! cargo xtask demo    a namespace node with three pods, programmed by `verdict run --once`
 //! cargo xtask bench   verdict's netlink programming vs `nft -f`, into target/bench/report.md
+//! cargo xtask bench --e2e   `verdict run` against the test API server: start, restart, RSS
 //! cargo xtask e2e     a two-node namespace cluster with verdict daemons and the test API server
 //! cargo xtask e2e --kind [--dry-run]   the same scenarios on a kind cluster (Docker)
 //! cargo xtask image   the container image, with docker or podman
@@ -39,6 +40,9 @@ fn real_main() -> Result<()> {
             println!("  test    install missing packages (as root), build, run every test and the e2e scenarios");
             println!("  demo    a two-node namespace cluster with verdict agents: a Service created, scaled, deleted");
             println!("  bench   cold sync and one-endpoint change: verdict over netlink vs nft -f");
+            println!(
+                "          --e2e [--baseline PATH] [--points 1000x10,...]: the verdict binary against the test API server"
+            );
             println!("  e2e     the e2e scenarios on a namespace cluster [--only TEXT]");
             println!("          or on kind: --kind [--dry-run] [--engine docker|podman]");
             println!("  image   build the image: [--engine docker|podman] [--tag verdict:dev] [--with-test-image]");
@@ -131,6 +135,30 @@ fn image(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask bench --e2e [--baseline PATH] [--points 1000x10,...]`: the real `verdict run`
+/// binary against the test API server, start to programmed, warm restart, RSS.
+fn bench_e2e(args: &[String]) -> Result<()> {
+    run::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "verdict-agent",
+        "-p",
+        "verdict-e2e",
+        "--bin",
+        "verdict",
+        "--bin",
+        "verdict-bench-e2e",
+    ])?;
+    let root = run::workspace_root()?;
+    let out = root.join("target/bench").display().to_string();
+    let mut bench_args = vec!["--verdict".to_string(), run::release_bin("verdict")?, "--out".to_string(), out.clone()];
+    bench_args.extend(args.iter().filter(|a| *a != "--e2e").cloned());
+    run::program(&run::release_dir()?.join("verdict-bench-e2e"), &bench_args, &[])?;
+    println!("\nreport and plots in {out} (e2e-report.md, e2e-time.svg, e2e-rss.svg)");
+    Ok(())
+}
+
 /// `cargo xtask demo`.
 fn demo(args: &[String]) -> Result<()> {
     deps::ensure()?;
@@ -150,6 +178,9 @@ fn demo(args: &[String]) -> Result<()> {
 fn bench(args: &[String]) -> Result<()> {
     deps::ensure()?;
     deps::require_root("the benchmark programs nftables in network namespaces")?;
+    if args.iter().any(|a| a == "--e2e") {
+        return bench_e2e(args);
+    }
     run::cargo(&["build", "--release", "-p", "verdict-e2e", "--bin", "verdict-bench"])?;
     let root = run::workspace_root()?;
     std::fs::create_dir_all(root.join("target/bench"))?;

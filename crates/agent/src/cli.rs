@@ -119,6 +119,11 @@ pub struct RunArgs {
     /// Retry bound after a failure; unhealthy after twice this without programming (default 30s).
     #[arg(long, value_name = "DURATION")]
     pub sync_period: Option<String>,
+    /// Where the table's state is saved on SIGTERM, so that the next start adopts the table
+    /// without reading its elements back from the kernel (a hostPath in the DaemonSet; empty:
+    /// every start reads the whole table).
+    #[arg(long, value_name = "DIR", default_value = "/run/verdict")]
+    pub state_dir: PathBuf,
     /// Rule flags.
     #[command(flatten)]
     pub rules: RulesArgs,

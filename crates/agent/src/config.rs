@@ -299,6 +299,8 @@ pub struct RunConfig {
     pub min_sync_period: Duration,
     /// Retry bound; health timeout is twice this.
     pub sync_period: Duration,
+    /// Where the table's state is kept between runs (see `SyncConfig::state_dir`).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 fn bind_address(flag: &str, raw: &str, default_port: u16) -> Result<Option<SocketAddr>, ConfigError> {
@@ -387,6 +389,7 @@ impl RunConfig {
             healthz_addr: bind_address("healthz-bind-address", &healthz, 10256)?,
             min_sync_period,
             sync_period,
+            state_dir: Some(args.state_dir.clone()).filter(|d| !d.as_os_str().is_empty()),
         })
     }
 }

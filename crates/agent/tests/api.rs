@@ -25,6 +25,8 @@ impl Agent {
             .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
             .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
             .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false"])
+            .arg("--state-dir")
+            .arg(dir.join("state"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

@@ -37,6 +37,8 @@ impl Agent {
             "100ms".into(),
             "--sync-period".into(),
             "1s".into(),
+            "--state-dir".into(),
+            manifests.with_extension("state").display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let child = Command::new("ip").args(&args).stdout(Stdio::null()).stderr(file).spawn().unwrap();

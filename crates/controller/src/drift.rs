@@ -25,6 +25,7 @@ pub fn watch_table(table: &str, tx: Sender<Event>) -> Result<MonitorGate, Netlin
                 Ok(TableNotice::Overflow) => "notices lost".to_string(),
                 Err(e) => {
                     tracing::warn!("watching the table for changes by other programs stopped: {e}");
+                    let _ = tx.send(Event::MonitorStopped);
                     return;
                 }
             };

@@ -60,4 +60,10 @@ pub enum Event {
     SourceProblems(Vec<Problem>),
     /// Another program changed the table (what it did): reconcile it.
     TableChanged(String),
+    /// The table monitor stopped: changes by other programs would go unnoticed, so full
+    /// reconciles read the kernel's table again.
+    MonitorStopped,
+    /// Stop: save the table's state for the next start (see [`verdict_nft::snapshot`]) and
+    /// return.
+    Shutdown,
 }

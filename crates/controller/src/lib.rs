@@ -15,6 +15,7 @@ pub mod health;
 pub mod leftovers;
 pub mod manifests;
 pub mod metrics;
+mod restart;
 pub mod service_health;
 pub mod stale_chains;
 pub mod sync;

@@ -45,6 +45,9 @@ pub struct SyncConfig {
     /// Delete chains that go out of use in a later transaction (needed before kernel 6.2;
     /// switched on by itself when the kernel refuses a chain deletion as busy).
     pub defer_chain_deletion: bool,
+    /// Where the table's state is saved at [`Event::Shutdown`] and adopted from at the next
+    /// start (`None`: every start reads the whole table from the kernel).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for SyncConfig {
@@ -56,6 +59,7 @@ impl Default for SyncConfig {
             full_sync_period: Duration::from_secs(3600),
             once: false,
             defer_chain_deletion: false,
+            state_dir: None,
         }
     }
 }
@@ -120,6 +124,14 @@ pub struct SyncLoop {
     monitor: Option<MonitorGate>,
     foreign_commit: bool,
     needs_full: bool,
+    /// The next full sync must read the kernel's table: at start, after a failure or a change
+    /// by another program, and always without a table monitor. Otherwise a full sync
+    /// re-renders everything and diffs it against what verdict committed.
+    verify_kernel: bool,
+    /// Elements saved by the previous run, for the first full sync (see [`crate::restart`]).
+    known: Option<verdict_nft::snapshot::Snapshot>,
+    looked_for_state: bool,
+    stopping: bool,
     listed: HashSet<Kind>,
     inventory: BTreeMap<Kind, HashSet<Key>>,
     relisting: BTreeMap<Kind, HashSet<Key>>,
@@ -152,6 +164,10 @@ impl SyncLoop {
             stale_chains: StaleChains::new(cfg.defer_chain_deletion),
             monitor: None,
             foreign_commit: false,
+            verify_kernel: true,
+            known: None,
+            looked_for_state: false,
+            stopping: false,
             cfg,
             cache,
             nl,
@@ -224,6 +240,10 @@ impl SyncLoop {
                 Err(RecvTimeoutError::Disconnected) => {
                     return if self.cfg.once { Err(SyncError::NeverSynced) } else { Ok(()) };
                 }
+            }
+            if self.stopping {
+                self.save_state();
+                return Ok(());
             }
             if self.due(Instant::now()) {
                 let report = self.sync();
@@ -352,6 +372,11 @@ impl SyncLoop {
                 self.queued();
             }
             Event::TableChanged(what) => self.drifted(&what),
+            Event::MonitorStopped => {
+                self.monitor = None;
+                self.verify_kernel = true;
+            }
+            Event::Shutdown => self.stopping = true,
         }
     }
 
@@ -399,23 +424,21 @@ impl SyncLoop {
         };
         let outcome = if full {
             let mut table = DesiredTable::new(self.cache.model(), &opts);
-            let result = observe(&mut self.nl, &self.cfg.table)
-                .map_err(|e| format!("reading the table: {e}"))
-                .and_then(|current| {
-                    if let Some(c) = &current {
-                        for f in &c.foreign {
-                            tracing::warn!("replacing an object verdict did not write: {f}");
-                        }
+            let result = self.current_table().map_err(|e| format!("reading the table: {e}")).and_then(|current| {
+                if let Some(c) = &current {
+                    for f in &c.foreign {
+                        tracing::warn!("replacing an object verdict did not write: {f}");
                     }
-                    let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
-                    let deferred = self.stale_chains.split(&mut plan.transaction);
-                    report.objects += plan.transaction.object_count();
-                    let stats = self.commit(&plan.transaction).map_err(|e| self.learn(e))?;
-                    report.bytes += stats.bytes;
-                    self.stale_chains.flushed(deferred, Instant::now());
-                    table.adopt(plan.result);
-                    Ok(())
-                });
+                }
+                let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
+                let deferred = self.stale_chains.split(&mut plan.transaction);
+                report.objects += plan.transaction.object_count();
+                let stats = self.commit(&plan.transaction).map_err(|e| self.learn(e))?;
+                report.bytes += stats.bytes;
+                self.stale_chains.flushed(deferred, Instant::now());
+                table.adopt(plan.result);
+                Ok(())
+            });
             self.table = Some(table);
             result
         } else {
@@ -458,6 +481,7 @@ impl SyncLoop {
                 metrics::counter!(m::SYNC_FAILURES).increment(1);
                 tracing::error!(full, "sync failed; a full reconcile follows in {:?}: {e}", self.backoff);
                 self.needs_full = true;
+                self.verify_kernel = true;
                 self.retry_at = Some(now + self.backoff);
                 self.backoff = (self.backoff * 2).min(self.cfg.sync_period.max(self.backoff));
                 report.error = Some(e);
@@ -467,6 +491,40 @@ impl SyncLoop {
         metrics::histogram!(m::SYNC_DURATION).record(secs);
         metrics::histogram!(if full { m::SYNC_FULL_DURATION } else { m::SYNC_PARTIAL_DURATION }).record(secs);
         report
+    }
+
+    /// What the kernel holds, for a full sync: read from the kernel (with the elements the
+    /// previous run saved, when they still hold), or, when nothing can have changed it behind
+    /// verdict's back, the table as committed.
+    fn current_table(&mut self) -> Result<Option<verdict_nft::observe::Observed>, NetlinkError> {
+        if !self.looked_for_state {
+            self.looked_for_state = true;
+            if let Some(dir) = self.cfg.state_dir.clone() {
+                self.known = crate::restart::load(&dir, &self.cfg.table, &mut self.nl);
+            }
+        }
+        if let Some(known) = self.known.take() {
+            return verdict_nft::observe::observe_with_known_elements(&mut self.nl, &self.cfg.table, &known);
+        }
+        if !self.verify_kernel
+            && let Some(table) = &self.table
+        {
+            let ruleset = table.ruleset().clone();
+            return Ok(Some(verdict_nft::observe::Observed { ruleset, foreign: Vec::new() }));
+        }
+        observe(&mut self.nl, &self.cfg.table)
+    }
+
+    /// At shutdown: saves what the kernel holds for the next start, unless a reconcile is
+    /// pending (then the kernel may differ from what verdict committed).
+    fn save_state(&mut self) {
+        let Some(dir) = self.cfg.state_dir.clone() else { return };
+        match &self.table {
+            Some(table) if !self.needs_full && !self.verify_kernel && self.monitor.is_some() => {
+                crate::restart::save(&dir, &self.cfg.table, &mut self.nl, table.ruleset());
+            }
+            _ => tracing::info!("not saving the table state: a reconcile is pending or the table is not watched"),
+        }
     }
 
     /// Commits `tx` (see [`commit_watched`]).
@@ -481,6 +539,7 @@ impl SyncLoop {
         tracing::info!(table = self.cfg.table, "another program changed the table ({what}); reconciling");
         metrics::counter!(m::TABLE_DRIFT).increment(1);
         self.needs_full = true;
+        self.verify_kernel = true;
     }
 
     /// Notes what a refused commit teaches (see [`StaleChains::learn`]); the error, as text.
@@ -509,6 +568,7 @@ impl SyncLoop {
                 metrics::counter!(m::CLEANUP_FAILURES).increment(1);
                 tracing::warn!("deleting chains flushed earlier failed; reconciling the whole table: {e}");
                 self.needs_full = true;
+                self.verify_kernel = true;
                 (0, 0)
             }
         }
@@ -517,6 +577,8 @@ impl SyncLoop {
     fn succeeded(&mut self, report: &mut SyncReport, now: Instant) {
         if report.full {
             self.last_full = now;
+            // Without a monitor, only a dump can show what other programs did.
+            self.verify_kernel = self.monitor.is_none();
         }
         self.needs_full = false;
         self.retry_at = None;

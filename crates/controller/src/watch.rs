@@ -38,18 +38,40 @@ where
     sent.is_ok()
 }
 
+/// Whether `e` says the API server does not offer streaming lists (before Kubernetes 1.27, or
+/// with the WatchList feature off, it refuses `sendInitialEvents` as an invalid parameter).
+fn streaming_refused(e: &watcher::Error) -> bool {
+    let code = match e {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code,
+        watcher::Error::WatchError(s) => s.code,
+        _ => return false,
+    };
+    matches!(code, 400 | 422)
+}
+
+/// How many objects one page of a paged list holds, where streaming lists are not offered.
+const PAGE_SIZE: u32 = 500;
+
 async fn run<K, F>(api: Api<K>, config: watcher::Config, kind: Kind, tx: Sender<Event>, translate: F)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(&K) -> Object,
 {
-    let mut stream = watcher(api, config).default_backoff().boxed();
+    // A streaming list (a watch with `sendInitialEvents`) costs the API server one request
+    // served from its watch cache, and arrives object by object; paged lists are the fallback.
+    let mut streaming = true;
+    let mut stream = watcher(api.clone(), config.clone().streaming_lists()).default_backoff().boxed();
     while let Some(item) = stream.next().await {
         match item {
             Ok(ev) => {
                 if !forward(kind, &tx, ev, &translate) {
                     return; // the sync loop is gone
                 }
+            }
+            Err(e) if streaming && streaming_refused(&e) => {
+                tracing::info!(?kind, "the API server does not offer streaming lists ({e}); using paged lists");
+                streaming = false;
+                stream = watcher(api.clone(), config.clone().page_size(PAGE_SIZE)).default_backoff().boxed();
             }
             Err(e) => tracing::warn!(?kind, "watch failed (retrying with backoff): {e}"),
         }

@@ -8,6 +8,7 @@
 pub mod apilab;
 pub mod cluster;
 pub mod dataplane;
+pub mod endtoend;
 pub mod fixtures;
 pub mod netns;
 pub mod privilege;

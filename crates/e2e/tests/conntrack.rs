@@ -54,7 +54,10 @@ fn sa(s: &str) -> SocketAddr {
 fn node(tag: &str) -> Netns {
     let ns = Netns::new(tag).unwrap();
     for addr in ["10.0.0.1/32", "10.244.0.5/32", "10.244.0.6/32", "fd00::1/128", "fd00:244::5/128", "fd00:244::6/128"] {
-        ns.ip(&["addr", "add", addr, "dev", "lo"]).unwrap();
+        // `nodad`: under load an IPv6 address could still be tentative when the route below
+        // names it as its source ("Invalid source address").
+        let v6 = if addr.contains(':') { &["nodad"][..] } else { &[] };
+        ns.ip(&[&["addr", "add", addr, "dev", "lo"][..], v6].concat()).unwrap();
     }
     ns.ip(&["route", "add", "10.96.0.0/16", "dev", "lo", "src", "10.0.0.1"]).unwrap();
     ns.ip(&["-6", "route", "add", "fd00:96::/64", "dev", "lo", "src", "fd00::1"]).unwrap();

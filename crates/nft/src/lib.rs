@@ -20,6 +20,7 @@ pub mod raise;
 pub mod render;
 pub mod rule;
 pub mod ruleset;
+pub mod snapshot;
 pub mod text;
 pub mod transaction;
 

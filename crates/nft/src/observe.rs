@@ -14,6 +14,7 @@ use crate::ruleset::{
     BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, Hook, KeySpec, Ruleset, Set, SetDecl, Table,
     Verdict,
 };
+use crate::snapshot::Snapshot;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -37,6 +38,34 @@ pub fn observe(nl: &mut Netlink, table: &str) -> Result<Option<Observed>, Netlin
         match nl.dump(table) {
             Ok(dump) => return Ok(dump.map(|d| read_dump(table, d))),
             // A dump interrupted by a concurrent commit is simply taken again.
+            Err(NetlinkError::Protocol(m)) if m.contains("interrupted") && attempts < 5 => attempts += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads table `table` from the kernel like [`observe`], except that the elements of the sets
+/// `known` holds are taken from it instead of dumped (see [`crate::snapshot`]: only valid when
+/// nothing was committed since `known` was saved).
+pub fn observe_with_known_elements(
+    nl: &mut Netlink,
+    table: &str,
+    known: &Snapshot,
+) -> Result<Option<Observed>, NetlinkError> {
+    let mut attempts = 0;
+    loop {
+        match nl.dump_with(table, |set| !known.sets.contains_key(set)) {
+            Ok(dump) => {
+                return Ok(dump.map(|d| {
+                    let mut observed = read_dump(table, d);
+                    for (name, set) in observed.ruleset.sets.iter_mut() {
+                        if let Some(elements) = known.sets.get(name) {
+                            set.elements = Arc::clone(elements);
+                        }
+                    }
+                    observed
+                }));
+            }
             Err(NetlinkError::Protocol(m)) if m.contains("interrupted") && attempts < 5 => attempts += 1,
             Err(e) => return Err(e),
         }

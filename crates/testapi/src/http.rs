@@ -35,8 +35,20 @@ struct Routed {
     path: ResourcePath,
 }
 
-/// Serves one request.
+/// Serves one request, counting the body bytes it sends (see [`Store::bytes_sent`]).
 pub(crate) async fn handle(store: Arc<Store>, addr: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    let response = respond(store.clone(), addr, req).await;
+    response.map(|body| {
+        UnsyncBoxBody::new(body.map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                store.count_sent(data.len());
+            }
+            frame
+        }))
+    })
+}
+
+async fn respond(store: Arc<Store>, addr: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let raw_query = req.uri().query().unwrap_or_default().to_string();

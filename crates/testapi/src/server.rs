@@ -244,6 +244,12 @@ impl TestApiServer {
         self.inner.store.requests()
     }
 
+    /// Response body bytes sent so far (lists, watch streams, everything), as a measure of
+    /// what clients cost the server.
+    pub fn bytes_sent(&self) -> u64 {
+        self.inner.store.bytes_sent()
+    }
+
     /// Forgets the request log.
     pub fn clear_requests(&self) {
         self.inner.store.clear_requests();

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -86,7 +87,7 @@ pub(crate) struct Snapshot {
     /// The RV the list was served at.
     pub rv: u64,
     pub items: Vec<(Key, Value)>,
-    /// How many more matching objects follow the page.
+    /// How many more matching objects follow the page (with a selector: 1 when any does).
     pub remaining: usize,
 }
 
@@ -137,6 +138,7 @@ struct State {
 pub(crate) struct Store {
     state: Mutex<State>,
     requests: Mutex<Vec<RequestRecord>>,
+    bytes_sent: AtomicU64,
     termination: watch::Sender<(u64, Termination)>,
 }
 
@@ -156,6 +158,7 @@ impl Store {
                 bookmark_interval: Duration::from_secs(1),
             }),
             requests: Mutex::new(Vec::new()),
+            bytes_sent: AtomicU64::new(0),
             termination: watch::Sender::new((0, Termination::None)),
         }
     }
@@ -237,22 +240,30 @@ impl Store {
         };
         let is_after = |key: &Key| after.is_none_or(|a| key > a);
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut view: BTreeMap<&Key, &Value> =
-            st.objects[ty].range((lower, Bound::Unbounded)).map(|(k, s)| (k, &s.value)).collect();
-        // Undo newer changes, newest first, so each key ends up as it was at `at`.
+        // What changed after `at`, undone newest first so the oldest change's `prev` wins:
+        // `None` = the key did not exist at `at`. Only these keys differ from the current state,
+        // so a page costs O(page + newer history), not O(objects), as with etcd's range reads.
+        let mut undone: BTreeMap<&Key, Option<&Value>> = BTreeMap::new();
         for change in st.history.iter().rev().take_while(|c| c.rv > at) {
             if change.ty != ty || !is_after(&change.key) {
                 continue;
             }
-            match (&change.kind, &change.prev) {
-                (ChangeKind::Added, _) => view.remove(&change.key),
-                (_, Some(prev)) => view.insert(&change.key, prev),
+            let before = match (&change.kind, &change.prev) {
+                (ChangeKind::Added, _) => None,
+                (_, Some(prev)) => Some(prev),
                 (_, None) => unreachable!("modifications and deletions always record the previous object"),
             };
+            undone.insert(&change.key, before);
         }
-        let mut matching = view.into_iter().filter(|(_, v)| filter.matches(v));
+        let current = st.objects[ty].range((lower, Bound::Unbounded)).map(|(k, s)| (k, Some(&s.value)));
+        let then = undone.iter().map(|(k, v)| (*k, *v));
+        let view = merge_by_key(current, then).filter_map(|(k, v)| v.map(|v| (k, v)));
+        let mut matching = view.filter(|(_, v)| filter.matches(v));
         let items = matching.by_ref().take(limit.unwrap_or(usize::MAX)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        Ok(Snapshot { rv: at, items, remaining: matching.count() })
+        // With a selector the real server cannot count what is left; it only says whether
+        // something is (a continue token), so neither does this.
+        let remaining = if filter.has_selectors() { usize::from(matching.next().is_some()) } else { matching.count() };
+        Ok(Snapshot { rv: at, items, remaining })
     }
 
     // ---- writes ------------------------------------------------------------------------
@@ -412,9 +423,37 @@ impl Store {
         self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    pub fn count_sent(&self, bytes: usize) {
+        self.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Response body bytes sent so far (lists, watch streams, everything).
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent.load(Ordering::Relaxed)
+    }
+
     pub fn clear_requests(&self) {
         self.requests.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
+}
+
+/// Merges two key-ordered iterators; on equal keys the entry of `overrides` wins.
+fn merge_by_key<'a, V: Copy>(
+    base: impl Iterator<Item = (&'a Key, V)>,
+    overrides: impl Iterator<Item = (&'a Key, V)>,
+) -> impl Iterator<Item = (&'a Key, V)> {
+    let mut base = base.peekable();
+    let mut overrides = overrides.peekable();
+    std::iter::from_fn(move || match (base.peek(), overrides.peek()) {
+        (Some((b, _)), Some((o, _))) if b < o => base.next(),
+        (Some((b, _)), Some((o, _))) if b == o => {
+            base.next();
+            overrides.next()
+        }
+        (_, Some(_)) => overrides.next(),
+        (Some(_), None) => base.next(),
+        (None, None) => None,
+    })
 }
 
 impl State {

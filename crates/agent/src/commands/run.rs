@@ -15,6 +15,9 @@ use verdict_model::ModelCache;
 use verdict_nft::netlink::Netlink;
 use verdict_nft::transaction::kernel_needs_deferred_chain_deletion;
 
+/// How long a stop waits for the sync loop to save the table's state.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// How often a manifests directory is checked for changes.
 const MANIFEST_POLL: Duration = Duration::from_millis(500);
 
@@ -59,6 +62,7 @@ pub fn run(cfg: RunConfig) -> Result<()> {
         sync_period: cfg.sync_period,
         once: cfg.once,
         defer_chain_deletion,
+        state_dir: cfg.state_dir.clone(),
         ..SyncConfig::default()
     };
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
@@ -78,6 +82,7 @@ pub fn run(cfg: RunConfig) -> Result<()> {
         }
     }
     let syncer = std::thread::Builder::new().name("sync".into()).spawn(move || sync_loop.run(rx))?;
+    let stop = tx.clone();
 
     let node = cfg.rules.node_name.clone();
     tracing::info!(node, table = cfg.rules.table, "verdict starting");
@@ -114,6 +119,13 @@ pub fn run(cfg: RunConfig) -> Result<()> {
     })?;
     if outcome {
         tracing::info!("signalled: exiting, rules stay in place");
+        // The sync loop saves the table's state for the next start; a sync in progress is
+        // finished first, but a stop never waits on one for long.
+        let _ = stop.send(verdict_controller::event::Event::Shutdown);
+        let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
+        while !syncer.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         return Ok(());
     }
     match syncer.join() {

@@ -29,6 +29,8 @@ impl Agent {
             .args(["--metrics-bind-address", "127.0.0.1:10249"])
             .args(["--healthz-bind-address", &format!("0.0.0.0:{HEALTHZ_PORT}")])
             .args(["--min-sync-period", "100ms", "--sync-period", "5s"])
+            .arg("--state-dir")
+            .arg(log.with_extension("state"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)

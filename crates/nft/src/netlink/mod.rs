@@ -273,6 +273,17 @@ impl Netlink {
 
     /// Dumps one table: `None` when it does not exist.
     pub(crate) fn dump(&mut self, table: &str) -> Result<Option<TableDump>, NetlinkError> {
+        self.dump_with(table, |_| true)
+    }
+
+    /// Like [`Netlink::dump`], but reads the elements only of the sets `read_elements` names:
+    /// an element dump is the one expensive part (quadratic in the set's size, see
+    /// [`crate::snapshot`]).
+    pub(crate) fn dump_with(
+        &mut self,
+        table: &str,
+        read_elements: impl Fn(&str) -> bool,
+    ) -> Result<Option<TableDump>, NetlinkError> {
         let tables = self.request(NFT_MSG_GETTABLE, table, None)?;
         let Some(first) = tables.first() else { return Ok(None) };
         let (_, udata) = glue::parse_table(&mut self.scratch, first)
@@ -288,6 +299,10 @@ impl Netlink {
             let set = glue::parse_set(&mut self.scratch, &msg)
                 .ok_or_else(|| NetlinkError::Protocol("unparsable set".into()))?;
             let mut elems = Vec::new();
+            if !read_elements(&set.name) {
+                dump.sets.push((set, elems));
+                continue;
+            }
             for emsg in self.request(NFT_MSG_GETSETELEM, table, Some(&set.name))? {
                 if !glue::parse_elems(&mut self.scratch, &emsg, &mut elems) {
                     return Err(NetlinkError::Protocol(format!("unparsable elements of set {}", set.name)));

@@ -1,0 +1,74 @@
+//! Warm restarts: the table's elements saved when the agent stops, and adopted at the next
+//! start instead of dumped (see [`verdict_nft::snapshot`] for why and when that is safe).
+
+use std::path::Path;
+use std::time::Instant;
+use verdict_nft::Ruleset;
+use verdict_nft::netlink::Netlink;
+use verdict_nft::snapshot::{self, Snapshot, Stamp};
+
+/// Takes the snapshot of `table` from `dir` and returns it when it still describes the kernel:
+/// same network namespace, and no commit by anybody since it was saved. Logs why not.
+pub(crate) fn load(dir: &Path, table: &str, nl: &mut Netlink) -> Option<Snapshot> {
+    let started = Instant::now();
+    let netns = match snapshot::current_netns() {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("cannot identify the network namespace, reading the whole table: {e}");
+            return None;
+        }
+    };
+    let (stamp, known) = match snapshot::take(dir, table, netns) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            tracing::info!(dir = %dir.display(), "no saved table state: reading the whole table from the kernel");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!("saved table state unusable, reading the whole table from the kernel: {e}");
+            return None;
+        }
+    };
+    let genid = match nl.genid() {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!("reading the nftables generation failed, reading the whole table: {e}");
+            return None;
+        }
+    };
+    if stamp.genid != genid || stamp.netns != netns || stamp.table != table {
+        tracing::info!(
+            saved_generation = stamp.genid,
+            generation = genid,
+            "nftables changed since the table state was saved (another program committed): \
+             reading the whole table from the kernel"
+        );
+        return None;
+    }
+    let elements: usize = known.sets.values().map(|e| e.len()).sum();
+    tracing::info!(
+        elements,
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "adopting the table state saved at the last stop (nothing committed since)"
+    );
+    Some(known)
+}
+
+/// Saves `ruleset` (what the kernel holds) for the next start.
+pub(crate) fn save(dir: &Path, table: &str, nl: &mut Netlink, ruleset: &Ruleset) {
+    let started = Instant::now();
+    let stamp = match (snapshot::current_netns(), nl.genid()) {
+        (Ok(netns), Ok(genid)) => Stamp { netns, genid, table: table.to_string() },
+        (Err(e), _) => return tracing::warn!("not saving the table state: {e}"),
+        (_, Err(e)) => return tracing::warn!("not saving the table state: {e}"),
+    };
+    match snapshot::save(dir, &stamp, ruleset) {
+        Ok((file, bytes)) => tracing::info!(
+            file = %file.display(),
+            bytes,
+            ms = started.elapsed().as_secs_f64() * 1000.0,
+            "saved the table state for the next start"
+        ),
+        Err(e) => tracing::warn!("not saving the table state (the next start reads the whole table): {e}"),
+    }
+}

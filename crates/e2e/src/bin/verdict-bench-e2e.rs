@@ -1,0 +1,119 @@
+//! `verdict-bench-e2e`: the real `verdict run` binary against the test API server, from process
+//! start to the committed full sync, cold and as a warm restart, with RSS from `/proc` and the
+//! API server's cost; optionally a baseline binary side by side. Run it through
+//! `cargo xtask bench --e2e` (needs root).
+//!
+//! ```text
+//! verdict-bench-e2e --verdict PATH [--baseline PATH] [--points 1000x10,10000x2,...] [--out DIR]
+//! ```
+
+use anyhow::{Context, Result, bail};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use verdict_e2e::endtoend::plot::{Series, svg};
+use verdict_e2e::endtoend::{Outcome, Point, measure};
+
+struct Args {
+    verdict: PathBuf,
+    baseline: Option<PathBuf>,
+    points: Vec<Point>,
+    out: PathBuf,
+}
+
+fn parse_args() -> Result<Args> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let get = |name: &str| argv.iter().position(|a| a == name).and_then(|i| argv.get(i + 1)).cloned();
+    for a in argv.iter().filter(|a| a.starts_with("--")) {
+        if !["--verdict", "--baseline", "--points", "--out"].contains(&a.as_str()) {
+            bail!("unknown argument {a}");
+        }
+    }
+    let points = get("--points").unwrap_or_else(|| "1000x10,10000x2,10000x10,20000x10,100000x10".into());
+    Ok(Args {
+        verdict: get("--verdict").context("--verdict PATH is required")?.into(),
+        baseline: get("--baseline").map(PathBuf::from),
+        points: points.split(',').map(str::parse).collect::<Result<_>>()?,
+        out: get("--out").unwrap_or_else(|| "target/bench".into()).into(),
+    })
+}
+
+fn row(who: &str, o: &Outcome) -> String {
+    format!(
+        "| {} | {who} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {:.0} | {}+{} | {:.1} |",
+        o.point,
+        o.cold.programmed_s,
+        o.cold.peak_rss_mib,
+        o.cold.settled_rss_mib,
+        o.warm.programmed_s,
+        o.warm.full_sync_ms,
+        o.warm.objects,
+        o.warm.peak_rss_mib,
+        o.cold.lists,
+        o.cold.watches,
+        o.cold.bytes as f64 / 1e6,
+    )
+}
+
+const HEADER: &str = "| Services x endpoints | binary | start -> programmed s | peak RSS MiB | settled RSS MiB | warm restart -> programmed s | its full sync ms | objects written | warm peak RSS MiB | lists+watches | API MB sent |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    anyhow::ensure!(
+        nix::unistd::Uid::effective().is_root(),
+        "the end-to-end benchmark needs root (network namespaces)"
+    );
+    std::fs::create_dir_all(&args.out)?;
+    let workdir = std::env::temp_dir();
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    println!("{HEADER}");
+    for &point in &args.points {
+        if let Some(b) = &args.baseline {
+            let o = measure(b, &workdir, point, &[]).with_context(|| format!("baseline at {point}"))?;
+            println!("{}", row("baseline", &o));
+            base.push(o);
+        }
+        let o = measure(&args.verdict, &workdir, point, &[]).with_context(|| format!("verdict at {point}"))?;
+        println!("{}", row("verdict", &o));
+        ours.push(o);
+    }
+    let mut report = format!("{HEADER}\n");
+    for (i, o) in ours.iter().enumerate() {
+        if let Some(b) = base.get(i) {
+            let _ = writeln!(report, "{}", row("baseline", b));
+        }
+        let _ = writeln!(report, "{}", row("verdict", o));
+    }
+    std::fs::write(args.out.join("e2e-report.md"), &report)?;
+    write_plots(&args, &ours, &base)?;
+    println!("\nreport and plots in {}", args.out.display());
+    Ok(())
+}
+
+/// Only the points with 10 endpoints per Service form the lines (10k x 2 is a single point).
+fn series(name: &str, colour: &'static str, dashed: bool, runs: &[Outcome], y: impl Fn(&Outcome) -> f64) -> Series {
+    let points = runs.iter().filter(|o| o.point.endpoints == 10).map(|o| (o.point.services as f64, y(o))).collect();
+    Series { name: name.into(), points, colour, dashed }
+}
+
+fn write_plots(args: &Args, ours: &[Outcome], base: &[Outcome]) -> Result<()> {
+    let mut time = vec![
+        series("cold start", "#1f77b4", false, ours, |o| o.cold.programmed_s),
+        series("warm restart", "#2ca02c", false, ours, |o| o.warm.programmed_s),
+    ];
+    let mut rss = vec![
+        series("peak RSS", "#d62728", false, ours, |o| o.cold.peak_rss_mib),
+        series("settled RSS", "#9467bd", false, ours, |o| o.cold.settled_rss_mib),
+    ];
+    if !base.is_empty() {
+        time.push(series("cold (baseline)", "#1f77b4", true, base, |o| o.cold.programmed_s));
+        time.push(series("warm (baseline)", "#2ca02c", true, base, |o| o.warm.programmed_s));
+        rss.push(series("peak (baseline)", "#d62728", true, base, |o| o.cold.peak_rss_mib));
+        rss.push(series("settled (baseline)", "#9467bd", true, base, |o| o.cold.settled_rss_mib));
+    }
+    let title = "verdict run: process start to programmed";
+    std::fs::write(args.out.join("e2e-time.svg"), svg(title, "Services (10 endpoints each)", "seconds", &time))?;
+    let title = "verdict run: memory";
+    std::fs::write(args.out.join("e2e-rss.svg"), svg(title, "Services (10 endpoints each)", "MiB", &rss))?;
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! The end-to-end benchmark: the real `verdict run` binary against the test API server holding
+//! N Services, in a fresh network namespace, timed from process start to the committed full
+//! sync, then stopped with SIGTERM and started again over the table it left (a warm restart).
+//! Memory comes from `/proc`, the API server's cost from its request log and byte counter.
+
+pub mod agent;
+pub mod plot;
+
+use crate::apilab::{self, ApiLab};
+use crate::synth;
+use agent::RunningAgent;
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::time::Duration;
+use verdict_testapi::Verb;
+
+/// The node the agent runs as.
+pub const NODE: &str = "bench";
+
+/// A workload: `services` ClusterIP Services with one TCP port, `endpoints` ready endpoints
+/// each in one EndpointSlice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Point {
+    /// Services.
+    pub services: usize,
+    /// Endpoints per Service.
+    pub endpoints: usize,
+}
+
+impl std::str::FromStr for Point {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Point> {
+        let (n, e) = s.split_once('x').unwrap_or((s, "10"));
+        Ok(Point { services: n.trim().parse().context("services")?, endpoints: e.trim().parse().context("endpoints")? })
+    }
+}
+
+impl std::fmt::Display for Point {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} x {}", self.services, self.endpoints)
+    }
+}
+
+/// One start of the agent.
+#[derive(Clone, Debug, Default)]
+pub struct Start {
+    /// Process start to the committed full sync that holds every Service, in seconds.
+    pub programmed_s: f64,
+    /// That full sync's own duration (ms).
+    pub full_sync_ms: f64,
+    /// Kernel objects it wrote.
+    pub objects: u64,
+    /// Peak RSS up to a few seconds after it (MiB).
+    pub peak_rss_mib: f64,
+    /// RSS once settled (MiB).
+    pub settled_rss_mib: f64,
+    /// LIST requests the start cost the API server.
+    pub lists: usize,
+    /// WATCH requests.
+    pub watches: usize,
+    /// Response bytes the API server sent.
+    pub bytes: u64,
+}
+
+/// Both starts at one point.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The workload.
+    pub point: Point,
+    /// Into an empty namespace.
+    pub cold: Start,
+    /// Over the table the first run left.
+    pub warm: Start,
+}
+
+/// How long RSS is given to settle after the first full sync.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// Loads `point` into a test API server in a fresh namespace and measures a cold start and a
+/// warm restart of `verdict`, started with `extra` arguments.
+pub fn measure(verdict: &Path, workdir: &Path, point: Point, extra: &[&str]) -> Result<Outcome> {
+    let lab = ApiLab::new("e2ebench")?;
+    load(&lab, point);
+    let kubeconfig = workdir.join(format!("kubeconfig-{}", lab.ns.name()));
+    lab.server.write_kubeconfig(&kubeconfig)?;
+    let state = workdir.join(format!("state-{}", lab.ns.name()));
+    let state_s = state.display().to_string();
+    // An older binary (a baseline) may not have the flag.
+    let mut args = if supports(verdict, "--state-dir") { vec!["--state-dir", state_s.as_str()] } else { vec![] };
+    args.extend_from_slice(extra);
+    let cold = start(&lab, verdict, &kubeconfig, point, &args);
+    let warm = cold.is_ok().then(|| start(&lab, verdict, &kubeconfig, point, &args));
+    let _ = std::fs::remove_file(&kubeconfig);
+    let _ = std::fs::remove_dir_all(&state);
+    let (cold, warm) = (cold?, warm.expect("started after a cold start")?);
+    Ok(Outcome { point, cold, warm })
+}
+
+/// Whether `verdict run` has `flag`.
+fn supports(verdict: &Path, flag: &str) -> bool {
+    std::process::Command::new(verdict)
+        .args(["run", "--help"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
+}
+
+/// Puts `point`'s Services, EndpointSlices and the node into the lab's server, then forgets
+/// the write history (an API server's watch cache holds the objects, not how they came).
+pub fn load(lab: &ApiLab, point: Point) {
+    lab.server.apply(apilab::node(NODE, "192.168.0.2"));
+    let pool = synth::POD_POOL.min(point.services * point.endpoints);
+    for i in 0..point.services {
+        let name = format!("svc-{i}");
+        lab.server.apply(apilab::service("bench", &name, &synth::cluster_ip(i), 80));
+        let ips: Vec<String> = (0..point.endpoints).map(|k| synth::pod_ip((i * point.endpoints + k) % pool)).collect();
+        lab.server.apply(apilab::slice("bench", &name, &ips, None));
+    }
+    lab.server.compact();
+}
+
+/// One start of the agent until it has programmed every Service and settled; then SIGTERM.
+pub fn start(lab: &ApiLab, verdict: &Path, kubeconfig: &Path, point: Point, extra: &[&str]) -> Result<Start> {
+    lab.server.clear_requests();
+    let bytes_before = lab.server.bytes_sent();
+    let mut agent = RunningAgent::start(lab.ns.name(), verdict, kubeconfig, NODE, extra)?;
+    let want = point.services as u64;
+    let synced = agent.wait_synced(Duration::from_secs(600), |s| s.full && s.services == want)?;
+    std::thread::sleep(SETTLE);
+    let requests = lab.server.requests();
+    let out = Start {
+        programmed_s: synced.at.as_secs_f64(),
+        full_sync_ms: synced.ms,
+        objects: synced.objects,
+        peak_rss_mib: agent.peak_rss_mib(),
+        settled_rss_mib: agent.rss_mib(),
+        lists: requests.iter().filter(|r| r.verb == Verb::List).count(),
+        watches: requests.iter().filter(|r| r.verb == Verb::Watch).count(),
+        bytes: lab.server.bytes_sent() - bytes_before,
+    };
+    agent.terminate()?;
+    Ok(out)
+}
