@@ -221,22 +221,41 @@ fn keep_slots(old: &Set, want: &mut Set) {
     if old.elements.is_empty() {
         return;
     }
-    let group = |elements: &BTreeMap<Blob, Elem>| {
-        let mut groups: BTreeMap<Blob, Vec<(Blob, Elem)>> = BTreeMap::new();
-        for (k, e) in elements {
-            groups.entry(k.prefix(prefix)).or_default().push((*k, e.clone()));
+    // Both maps are in key order, and a Service address's slots are contiguous in it: walk
+    // them group by group, and touch (and copy) the wanted map only where a group's endpoints
+    // sit in other slots than the kernel's. A restart with nothing changed copies nothing.
+    let mut old_groups = groups(&old.elements, prefix).peekable();
+    let mut moved: Vec<(Blob, Elem)> = Vec::new();
+    for (gkey, wanted) in groups(&want.elements, prefix) {
+        while old_groups.next_if(|(k, _)| *k < gkey).is_some() {}
+        let Some((_, current)) = old_groups.next_if(|(k, _)| *k == gkey) else { continue };
+        if current.iter().map(|(k, e)| (*k, *e)).eq(wanted.iter().map(|(k, e)| (*k, *e))) {
+            continue;
         }
-        groups
-    };
-    let old_groups = group(&old.elements);
-    let mut adjusted = BTreeMap::new();
-    for (gkey, members) in group(&want.elements) {
-        match old_groups.get(&gkey) {
-            Some(old_members) => adjusted.extend(stable_slots(old_members, members)),
-            None => adjusted.extend(members),
+        let owned = |g: &[(&Blob, &Elem)]| g.iter().map(|(k, e)| (**k, (*e).clone())).collect::<Vec<_>>();
+        let stable = stable_slots(&owned(&current), owned(&wanted));
+        moved.extend(stable.into_iter().filter(|(k, e)| want.elements.get(k) != Some(e)));
+    }
+    if !moved.is_empty() {
+        let elements = Arc::make_mut(&mut want.elements);
+        for (k, e) in moved {
+            elements.insert(k, e);
         }
     }
-    want.elements = Arc::new(adjusted);
+}
+
+/// The elements of a slot-keyed map, grouped by the key prefix before the slot.
+fn groups(elements: &BTreeMap<Blob, Elem>, prefix: usize) -> impl Iterator<Item = (Blob, Vec<(&Blob, &Elem)>)> {
+    let mut it = elements.iter().peekable();
+    std::iter::from_fn(move || {
+        let (k, e) = it.next()?;
+        let gkey = k.prefix(prefix);
+        let mut members = vec![(k, e)];
+        while let Some(next) = it.next_if(|(k, _)| k.prefix(prefix) == gkey) {
+            members.push(next);
+        }
+        Some((gkey, members))
+    })
 }
 
 /// One Service address's endpoints in slots: those already in the kernel stay in their slot,

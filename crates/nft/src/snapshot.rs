@@ -179,7 +179,8 @@ pub fn decode(bytes: &[u8]) -> Result<(Stamp, Snapshot), &'static str> {
     for _ in 0..r.u32()? {
         let name = r.string()?;
         let count = r.u32()?;
-        let mut elements = BTreeMap::new();
+        // Written in key order: collected and built in one pass, not inserted one by one.
+        let mut elements = Vec::with_capacity((count as usize).min(content.len()));
         for _ in 0..count {
             let key = r.blob()?;
             let data = match r.u8()? {
@@ -196,9 +197,9 @@ pub fn decode(bytes: &[u8]) -> Result<(Stamp, Snapshot), &'static str> {
                 0 => None,
                 i => Some(string(i)?),
             };
-            elements.insert(key, Elem { data, comment });
+            elements.push((key, Elem { data, comment }));
         }
-        snapshot.sets.insert(name, Arc::new(elements));
+        snapshot.sets.insert(name, Arc::new(elements.into_iter().collect()));
     }
     if r.at != content.len() {
         return Err("trailing bytes");
