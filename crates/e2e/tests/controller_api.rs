@@ -146,3 +146,27 @@ fn a_dropped_watch_and_a_410_relist_lose_no_update_and_flush_nothing() {
 fn relists(r: &verdict_testapi::RequestRecord, path: &str) -> bool {
     r.is_list_of(path) || (r.is_watch_of(path) && r.param("sendInitialEvents").as_deref() == Some("true"))
 }
+
+#[test]
+fn without_streaming_lists_the_watchers_fall_back_to_paged_lists() {
+    require_kernel!();
+    let lab = ApiLab::new("capi-paged").unwrap();
+    lab.server.set_streaming_lists(false);
+    lab.server.apply(node("n1", "192.168.0.2"));
+    for i in 0..3 {
+        lab.server.apply(service("ns1", &format!("svc-{i}"), &format!("172.30.1.{i}"), 80));
+        lab.server.apply(slice("ns1", &format!("svc-{i}"), &ips(&[&format!("10.0.1.{i}")]), None));
+    }
+    let c = lab.controller("n1", Duration::from_millis(50)).unwrap();
+    let first = c.next(Duration::from_secs(30)).unwrap();
+    assert!(first.error.is_none() && first.full, "{first:?}");
+    assert!(lab.table().contains("172.30.1.2 . tcp . 80"), "{}", lab.table());
+    let requests = lab.server.requests();
+    for path in [SERVICES, SLICES] {
+        assert!(requests.iter().any(|r| r.is_list_of(path)), "no paged list of {path}: {requests:#?}");
+    }
+    // Changes still arrive over the watches that follow the lists.
+    lab.server.apply(service("ns1", "late", "172.30.0.77", 80));
+    next_partial(&c);
+    assert!(lab.table().contains("172.30.0.77 . tcp . 80"), "{}", lab.table());
+}

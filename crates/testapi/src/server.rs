@@ -244,6 +244,12 @@ impl TestApiServer {
         self.inner.store.requests()
     }
 
+    /// Offers streaming lists (`sendInitialEvents`, the default) or refuses them with 422 as
+    /// API servers before Kubernetes 1.27 do.
+    pub fn set_streaming_lists(&self, offered: bool) {
+        self.inner.store.set_streaming_lists(offered);
+    }
+
     /// Response body bytes sent so far (lists, watch streams, everything), as a measure of
     /// what clients cost the server.
     pub fn bytes_sent(&self) -> u64 {

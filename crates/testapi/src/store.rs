@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -139,6 +139,7 @@ pub(crate) struct Store {
     state: Mutex<State>,
     requests: Mutex<Vec<RequestRecord>>,
     bytes_sent: AtomicU64,
+    no_streaming_lists: AtomicBool,
     termination: watch::Sender<(u64, Termination)>,
 }
 
@@ -159,6 +160,7 @@ impl Store {
             }),
             requests: Mutex::new(Vec::new()),
             bytes_sent: AtomicU64::new(0),
+            no_streaming_lists: AtomicBool::new(false),
             termination: watch::Sender::new((0, Termination::None)),
         }
     }
@@ -421,6 +423,15 @@ impl Store {
 
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.requests.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether watches may ask for a streaming list (`sendInitialEvents`).
+    pub fn streaming_lists(&self) -> bool {
+        !self.no_streaming_lists.load(Ordering::Relaxed)
+    }
+
+    pub fn set_streaming_lists(&self, offered: bool) {
+        self.no_streaming_lists.store(!offered, Ordering::Relaxed);
     }
 
     pub fn count_sent(&self, bytes: usize) {

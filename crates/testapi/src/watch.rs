@@ -82,6 +82,11 @@ pub(crate) fn watch(
     query: &Query,
     output: Output,
 ) -> Result<impl Stream<Item = io::Result<Bytes>> + Send + 'static, ApiError> {
+    // Before Kubernetes 1.27 (or with the WatchList feature off) the server refuses the
+    // streaming-list parameters outright.
+    if !store.streaming_lists() && query.get("sendInitialEvents").is_some() {
+        return Err(ApiError::invalid("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch"));
+    }
     let request = parse(query)?;
     // A streaming list "not older than" a future RV cannot be served yet.
     if let (WatchStart::Now { .. }, Some(rv)) = (request.start, query.resource_version()?) {

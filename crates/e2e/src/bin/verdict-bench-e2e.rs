@@ -39,7 +39,7 @@ fn parse_args() -> Result<Args> {
 
 fn row(who: &str, o: &Outcome) -> String {
     format!(
-        "| {} | {who} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {:.0} | {}+{} | {:.1} |",
+        "| {} | {who} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {:.0} | {}+{} | {:.1} | {} |",
         o.point,
         o.cold.programmed_s,
         o.cold.peak_rss_mib,
@@ -51,10 +51,11 @@ fn row(who: &str, o: &Outcome) -> String {
         o.cold.lists,
         o.cold.watches,
         o.cold.bytes as f64 / 1e6,
+        o.cold.saved_state.map_or("-".to_string(), |(b, ms)| format!("{:.1} MB, {ms:.0} ms", b as f64 / 1e6)),
     )
 }
 
-const HEADER: &str = "| Services x endpoints | binary | start -> programmed s | peak RSS MiB | settled RSS MiB | warm restart -> programmed s | its full sync ms | objects written | warm peak RSS MiB | lists+watches | API MB sent |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+const HEADER: &str = "| Services x endpoints | binary | start -> programmed s | peak RSS MiB | settled RSS MiB | warm restart -> programmed s | its full sync ms | objects written | warm peak RSS MiB | lists+watches | API MB sent | state saved at stop |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 fn main() -> Result<()> {
     let args = parse_args()?;

@@ -127,8 +127,8 @@ impl RunningAgent {
         self.started.elapsed()
     }
 
-    /// SIGTERM and wait for a clean exit.
-    pub fn terminate(mut self) -> Result<()> {
+    /// SIGTERM and wait for a clean exit; returns the log's last lines.
+    pub fn terminate(mut self) -> Result<String> {
         kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).context("signalling the agent")?;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -137,7 +137,9 @@ impl RunningAgent {
                 if !status.success() {
                     bail!("the agent exited with {status} on SIGTERM:\n{}", self.log_tail(20));
                 }
-                return Ok(());
+                // The reader thread sees the last lines a moment after the exit.
+                std::thread::sleep(Duration::from_millis(100));
+                return Ok(self.log_tail(200));
             }
             if Instant::now() > deadline {
                 bail!("the agent did not exit within 20 s of SIGTERM");
@@ -165,6 +167,16 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with(field))?;
     line[field.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// From the agent's log: the size (bytes) and time (ms) of the table state it saved at stop.
+pub fn saved_state(log: &str) -> Option<(u64, f64)> {
+    log.lines().find_map(|line| {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        let f = v.get("fields")?;
+        (f.get("message")?.as_str()? == "saved the table state for the next start")
+            .then(|| Some((f.get("bytes")?.as_u64()?, f.get("ms")?.as_f64()?)))?
+    })
 }
 
 fn parse_synced(line: &str, at: Duration) -> Option<Synced> {

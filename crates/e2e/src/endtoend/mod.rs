@@ -60,6 +60,8 @@ pub struct Start {
     pub watches: usize,
     /// Response bytes the API server sent.
     pub bytes: u64,
+    /// The table state saved at the stop that followed: bytes and milliseconds.
+    pub saved_state: Option<(u64, f64)>,
 }
 
 /// Both starts at one point.
@@ -136,7 +138,8 @@ pub fn start(lab: &ApiLab, verdict: &Path, kubeconfig: &Path, point: Point, extr
         lists: requests.iter().filter(|r| r.verb == Verb::List).count(),
         watches: requests.iter().filter(|r| r.verb == Verb::Watch).count(),
         bytes: lab.server.bytes_sent() - bytes_before,
+        saved_state: None,
     };
-    agent.terminate()?;
-    Ok(out)
+    let log = agent.terminate()?;
+    Ok(Start { saved_state: agent::saved_state(&log), ..out })
 }
