@@ -8,9 +8,29 @@ use std::time::{Duration, Instant, SystemTime};
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
 use verdict_e2e::require_kernel;
 
+/// The defaults; `VERDICT_LATENCY_SERVICES`, `VERDICT_LATENCY_CHANGES` and
+/// `VERDICT_LATENCY_EVERY_MS` change them for a measurement at another scale (docs/benchmarks.md).
 const SERVICES: usize = 1000;
 const CHANGES: usize = 200;
-const EVERY: Duration = Duration::from_millis(20);
+const EVERY_MS: u64 = 20;
+
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+struct Scale {
+    services: usize,
+    changes: usize,
+    every: Duration,
+}
+
+fn scale() -> Scale {
+    Scale {
+        services: setting("VERDICT_LATENCY_SERVICES", SERVICES as u64) as usize,
+        changes: setting("VERDICT_LATENCY_CHANGES", CHANGES as u64) as usize,
+        every: Duration::from_millis(setting("VERDICT_LATENCY_EVERY_MS", EVERY_MS)),
+    }
+}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -26,11 +46,12 @@ struct Run {
 }
 
 fn run(min_sync_period: Duration) -> Run {
+    let sc = scale();
     let lab = ApiLab::new("lat").unwrap();
     lab.server.apply(node("n1", "192.168.0.2"));
     let svc_ip = |i: usize| format!("172.30.{}.{}", i / 250, i % 250);
     let pod = |k: usize| format!("10.1.{}.{}", (k / 250) % 250, k % 250);
-    for i in 0..SERVICES {
+    for i in 0..sc.services {
         lab.server.apply(service("ns1", &format!("svc-{i}"), &svc_ip(i), 80));
         lab.server.apply(slice("ns1", &format!("svc-{i}"), &[pod(2 * i), pod(2 * i + 1)], None));
     }
@@ -41,24 +62,24 @@ fn run(min_sync_period: Duration) -> Run {
     let started = Instant::now();
     let mut latencies = Vec::new();
     let mut syncs = Vec::new();
-    for k in 0..CHANGES {
-        let i = (k * 7919) % SERVICES;
+    for k in 0..sc.changes {
+        let i = (k * 7919) % sc.services;
         let fresh = pod(10_000 + k);
         lab.server.apply(slice("ns1", &format!("svc-{i}"), &[pod(2 * i), fresh], Some(SystemTime::now())));
-        let due = started + EVERY * (k as u32 + 1);
+        let due = started + sc.every * (k as u32 + 1);
         while let Ok(r) = c.reports.recv_timeout(due.saturating_duration_since(Instant::now())) {
             latencies.extend(r.programming_latency.iter().copied());
             syncs.push(r);
         }
     }
     let deadline = Instant::now() + Duration::from_secs(30);
-    while latencies.len() < CHANGES && Instant::now() < deadline {
+    while latencies.len() < sc.changes && Instant::now() < deadline {
         if let Ok(r) = c.reports.recv_timeout(Duration::from_millis(200)) {
             latencies.extend(r.programming_latency.iter().copied());
             syncs.push(r);
         }
     }
-    assert_eq!(latencies.len(), CHANGES, "every change is programmed and measured once");
+    assert_eq!(latencies.len(), sc.changes, "every change is programmed and measured once");
     assert!(syncs.iter().all(|r| r.error.is_none()));
     latencies.sort();
     let mean_sync = syncs.iter().map(|r| r.took).sum::<Duration>() / syncs.len().max(1) as u32;
@@ -75,9 +96,13 @@ fn run(min_sync_period: Duration) -> Run {
 #[test]
 fn network_programming_latency_with_1000_services() {
     require_kernel!();
+    let sc = scale();
     let runs: Vec<Run> =
         [Duration::from_secs(1), Duration::from_millis(100), Duration::from_millis(10)].into_iter().map(run).collect();
-    println!("network programming latency, {SERVICES} Services, {CHANGES} endpoint changes every {EVERY:?}:");
+    println!(
+        "network programming latency, {} Services, {} endpoint changes every {:?}:",
+        sc.services, sc.changes, sc.every
+    );
     println!("| --min-sync-period | p50 | p99 | max | syncs | mean sync |");
     println!("|---|---|---|---|---|---|");
     for r in &runs {
