@@ -123,7 +123,7 @@ pub struct RunArgs {
     /// without reading its elements back from the kernel (a hostPath in the DaemonSet; empty:
     /// every start reads the whole table).
     #[arg(long, value_name = "DIR", default_value = "/run/verdict")]
-    pub state_dir: PathBuf,
+    pub state_dir: String,
     /// Rule flags.
     #[command(flatten)]
     pub rules: RulesArgs,

@@ -389,7 +389,7 @@ impl RunConfig {
             healthz_addr: bind_address("healthz-bind-address", &healthz, 10256)?,
             min_sync_period,
             sync_period,
-            state_dir: Some(args.state_dir.clone()).filter(|d| !d.as_os_str().is_empty()),
+            state_dir: Some(args.state_dir.trim()).filter(|d| !d.is_empty()).map(std::path::PathBuf::from),
         })
     }
 }

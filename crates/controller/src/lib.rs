@@ -14,6 +14,7 @@ pub mod event;
 pub mod health;
 pub mod leftovers;
 pub mod manifests;
+mod manifests_json;
 pub mod metrics;
 mod restart;
 pub mod service_health;

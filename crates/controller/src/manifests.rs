@@ -59,8 +59,12 @@ pub fn load(dir: &Path) -> Result<Manifests, ManifestError> {
     files.sort();
     let mut out = Manifests::default();
     for file in &files {
+        let origin = file.display().to_string();
         match std::fs::read_to_string(file) {
-            Ok(text) => parse_into(&mut out, &file.display().to_string(), &text),
+            Ok(text) if file.extension().is_some_and(|e| e == "json") => {
+                crate::manifests_json::parse_into(&mut out, &origin, &text)
+            }
+            Ok(text) => parse_into(&mut out, &origin, &text),
             Err(e) => {
                 out.problems.push(manifest_problem(&file.display().to_string(), None, format!("cannot read: {e}")))
             }
@@ -70,7 +74,7 @@ pub fn load(dir: &Path) -> Result<Manifests, ManifestError> {
     Ok(out)
 }
 
-fn manifest_problem(file: &str, doc: Option<usize>, message: String) -> Problem {
+pub(crate) fn manifest_problem(file: &str, doc: Option<usize>, message: String) -> Problem {
     let name = match doc {
         Some(i) => format!("{file} (document {})", i + 1),
         None => file.to_string(),
@@ -93,34 +97,67 @@ pub fn parse_into(out: &mut Manifests, origin: &str, text: &str) {
     }
 }
 
-fn add_object(out: &mut Manifests, origin: &str, doc: usize, value: serde_yaml::Value) {
-    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
-    let name =
-        value.get("metadata").and_then(|m| m.get("name")).and_then(|n| n.as_str()).unwrap_or("<unnamed>").to_string();
-    let what = format!("{kind} {name:?}");
-    let bad = |e: serde_yaml::Error| manifest_problem(origin, Some(doc), format!("{what} does not parse: {e}"));
+/// A parsed document, YAML or JSON: enough to dispatch on its kind and decode it as a type.
+pub(crate) trait Document: Sized {
+    fn field(&self, path: &[&str]) -> Option<&str>;
+    fn items(self) -> Vec<Self>;
+    fn decode<T: serde::de::DeserializeOwned>(self) -> Result<T, String>;
+}
+
+impl Document for serde_yaml::Value {
+    fn field(&self, path: &[&str]) -> Option<&str> {
+        path.iter().try_fold(self, |v, k| v.get(*k))?.as_str()
+    }
+    fn items(self) -> Vec<Self> {
+        match self.get("items") {
+            Some(serde_yaml::Value::Sequence(items)) => items.clone(),
+            _ => Vec::new(),
+        }
+    }
+    fn decode<T: serde::de::DeserializeOwned>(self) -> Result<T, String> {
+        serde_yaml::from_value(self).map_err(|e| e.to_string())
+    }
+}
+
+impl Document for serde_json::Value {
+    fn field(&self, path: &[&str]) -> Option<&str> {
+        path.iter().try_fold(self, |v, k| v.get(*k))?.as_str()
+    }
+    fn items(mut self) -> Vec<Self> {
+        match self.get_mut("items").map(serde_json::Value::take) {
+            Some(serde_json::Value::Array(items)) => items,
+            _ => Vec::new(),
+        }
+    }
+    fn decode<T: serde::de::DeserializeOwned>(self) -> Result<T, String> {
+        serde_json::from_value(self).map_err(|e| e.to_string())
+    }
+}
+
+pub(crate) fn add_object<D: Document>(out: &mut Manifests, origin: &str, doc: usize, value: D) {
+    let kind = value.field(&["kind"]).unwrap_or_default().to_string();
+    let name = value.field(&["metadata", "name"]).unwrap_or("<unnamed>").to_string();
+    let bad = |e: String| manifest_problem(origin, Some(doc), format!("{kind} {name:?} does not parse: {e}"));
     match kind.as_str() {
-        "Service" => match serde_yaml::from_value::<Service>(value) {
+        "Service" => match value.decode::<Service>() {
             Ok(svc) => out.services.push(translate::service(&svc)),
             Err(e) => out.problems.push(bad(e)),
         },
-        "EndpointSlice" => match serde_yaml::from_value::<EndpointSlice>(value) {
+        "EndpointSlice" => match value.decode::<EndpointSlice>() {
             Ok(slice) => out.slices.push(translate::endpoint_slice(&slice)),
             Err(e) => out.problems.push(bad(e)),
         },
-        "Node" => match serde_yaml::from_value::<Node>(value) {
+        "Node" => match value.decode::<Node>() {
             Ok(node) => out.nodes.push(translate::node(&node)),
             Err(e) => out.problems.push(bad(e)),
         },
-        "ServiceCIDR" => match serde_yaml::from_value::<k8s_openapi::api::networking::v1::ServiceCIDR>(value) {
+        "ServiceCIDR" => match value.decode::<k8s_openapi::api::networking::v1::ServiceCIDR>() {
             Ok(c) => out.service_cidrs.push(translate::service_cidr(&c)),
             Err(e) => out.problems.push(bad(e)),
         },
         "List" => {
-            if let Some(serde_yaml::Value::Sequence(items)) = value.get("items").cloned() {
-                for item in items {
-                    add_object(out, origin, doc, item);
-                }
+            for item in value.items() {
+                add_object(out, origin, doc, item);
             }
         }
         "" => out.problems.push(manifest_problem(origin, Some(doc), "document has no kind".into())),
