@@ -155,7 +155,7 @@ fn bench_e2e(args: &[String]) -> Result<()> {
     let mut bench_args = vec!["--verdict".to_string(), run::release_bin("verdict")?, "--out".to_string(), out.clone()];
     bench_args.extend(args.iter().filter(|a| *a != "--e2e").cloned());
     run::program(&run::release_dir()?.join("verdict-bench-e2e"), &bench_args, &[])?;
-    println!("\nreport and plots in {out} (e2e-report.md, e2e-time.svg, e2e-rss.svg)");
+    println!("(e2e-report.md, e2e-time.svg, e2e-rss.svg: copy them into docs/ with the context of the run)");
     Ok(())
 }
 
