@@ -36,7 +36,11 @@ pub(crate) fn load(dir: &Path, table: &str, nl: &mut Netlink) -> Option<Snapshot
             return None;
         }
     };
-    if stamp.genid != genid || stamp.netns != netns || stamp.table != table {
+    if stamp.netns != netns || stamp.table != table {
+        tracing::warn!(file_table = stamp.table, "saved table state belongs to another table or namespace; ignored");
+        return None;
+    }
+    if stamp.genid != genid {
         tracing::info!(
             saved_generation = stamp.genid,
             generation = genid,

@@ -33,15 +33,7 @@ pub struct Observed {
 
 /// Reads table `table` from the kernel; `None` when it does not exist.
 pub fn observe(nl: &mut Netlink, table: &str) -> Result<Option<Observed>, NetlinkError> {
-    let mut attempts = 0;
-    loop {
-        match nl.dump(table) {
-            Ok(dump) => return Ok(dump.map(|d| read_dump(table, d))),
-            // A dump interrupted by a concurrent commit is simply taken again.
-            Err(NetlinkError::Protocol(m)) if m.contains("interrupted") && attempts < 5 => attempts += 1,
-            Err(e) => return Err(e),
-        }
-    }
+    observe_with_known_elements(nl, table, &Snapshot::default())
 }
 
 /// Reads table `table` from the kernel like [`observe`], except that the elements of the sets
@@ -54,7 +46,7 @@ pub fn observe_with_known_elements(
 ) -> Result<Option<Observed>, NetlinkError> {
     let mut attempts = 0;
     loop {
-        match nl.dump_with(table, |set| !known.sets.contains_key(set)) {
+        match nl.dump(table, |set| !known.sets.contains_key(set)) {
             Ok(dump) => {
                 return Ok(dump.map(|d| {
                     let mut observed = read_dump(table, d);

@@ -30,7 +30,6 @@ pub struct Synced {
 /// A running agent.
 pub struct RunningAgent {
     child: Child,
-    started: Instant,
     synced: Receiver<Synced>,
     tail: Arc<Mutex<Vec<String>>>,
     peak_sampled_kib: Arc<AtomicU64>,
@@ -84,7 +83,7 @@ impl RunningAgent {
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
-        Ok(RunningAgent { child, started, synced, tail, peak_sampled_kib, stop_sampler })
+        Ok(RunningAgent { child, synced, tail, peak_sampled_kib, stop_sampler })
     }
 
     /// The agent's PID.
@@ -120,11 +119,6 @@ impl RunningAgent {
     pub fn peak_rss_mib(&self) -> f64 {
         let hwm = status_kib(self.pid(), "VmHWM:").unwrap_or(0);
         hwm.max(self.peak_sampled_kib.load(Ordering::Relaxed)) as f64 / 1024.0
-    }
-
-    /// Time since start.
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
     }
 
     /// SIGTERM and wait for a clean exit; returns the log's last lines.

@@ -271,15 +271,10 @@ impl Netlink {
         }
     }
 
-    /// Dumps one table: `None` when it does not exist.
-    pub(crate) fn dump(&mut self, table: &str) -> Result<Option<TableDump>, NetlinkError> {
-        self.dump_with(table, |_| true)
-    }
-
-    /// Like [`Netlink::dump`], but reads the elements only of the sets `read_elements` names:
-    /// an element dump is the one expensive part (quadratic in the set's size, see
-    /// [`crate::snapshot`]).
-    pub(crate) fn dump_with(
+    /// Dumps one table (`None` when it does not exist), with the elements of the sets
+    /// `read_elements` names: an element dump is the one expensive part (quadratic in the
+    /// set's size, see [`crate::snapshot`]).
+    pub(crate) fn dump(
         &mut self,
         table: &str,
         read_elements: impl Fn(&str) -> bool,
