@@ -231,6 +231,8 @@ impl RulesConfig {
                 masquerade_bit: bit as u8,
                 detect_local,
                 service_cidrs,
+                // Offline commands assume a kernel with both; `run` asks the kernel.
+                ..ProxyConfig::default()
             },
             table,
         })

@@ -8,6 +8,7 @@ mod commands;
 mod config;
 mod http;
 mod kube;
+mod platform;
 mod source;
 
 use clap::Parser;

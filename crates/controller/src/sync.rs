@@ -145,6 +145,8 @@ pub struct SyncLoop {
     pending_service_changes: u64,
     pending_endpoint_changes: u64,
     source_problems: Vec<Problem>,
+    /// The families last reported to have no NodePort address (logged when it changes).
+    families_without_nodeports: Vec<verdict_model::IpFamily>,
     published: BTreeMap<ObjectRef, Vec<Problem>>,
     reasons: HashSet<&'static str>,
     reports: Option<Sender<SyncReport>>,
@@ -187,6 +189,7 @@ impl SyncLoop {
             pending_service_changes: 0,
             pending_endpoint_changes: 0,
             source_problems: Vec::new(),
+            families_without_nodeports: Vec::new(),
             published: BTreeMap::new(),
             reasons: HashSet::new(),
             reports: None,
@@ -409,6 +412,9 @@ impl SyncLoop {
             self.cache.set_local_addresses(local_addresses());
         }
         let rebuilt = self.cache.rebuild();
+        if rebuilt.facts_changed {
+            self.report_families_without_nodeports();
+        }
         let stale_deleted = self.delete_stale_chains(started);
         let full =
             self.needs_full || rebuilt.facts_changed || self.table.as_ref().is_none_or(|t| !t.fits(self.cache.model()));
@@ -571,6 +577,21 @@ impl SyncLoop {
                 self.verify_kernel = true;
                 (0, 0)
             }
+        }
+    }
+
+    /// Upstream's `nodePortAddresses: primary` has no NodePorts in a family the Node lists no
+    /// address of; said once per change, since it looks like a bug from outside.
+    fn report_families_without_nodeports(&mut self) {
+        let families = self.cache.model().families_without_nodeports();
+        if families != self.families_without_nodeports {
+            for family in &families {
+                tracing::info!(
+                    %family,
+                    "no node address of this family accepts NodePorts: its Services get ClusterIPs, external and load balancer IPs, but no NodePorts"
+                );
+            }
+            self.families_without_nodeports = families;
         }
     }
 

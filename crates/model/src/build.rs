@@ -203,7 +203,7 @@ pub(crate) fn build_service(
             r.report(
                 "NoUsableClusterIP",
                 format!(
-                    "no clusterIP of {:?} belongs to this node's families ({})",
+                    "no clusterIP of {:?} belongs to a family this node's kernel supports ({})",
                     svc.cluster_ips,
                     families.join(", ")
                 ),
@@ -363,7 +363,7 @@ fn collect_endpoints(
         if !families.contains(&family) {
             r.report(
                 "UnsupportedAddressFamily",
-                format!("{family} endpoints cannot be programmed on a node without {family} addresses"),
+                format!("{family} endpoints cannot be programmed: this node's kernel has no {family} support"),
             );
             continue;
         }

@@ -21,13 +21,23 @@ pub struct ProxyModel {
 }
 
 impl ProxyModel {
-    /// The families this node programs: those of its primary addresses, or both when the node
-    /// has none (for example when the Node object is not known yet).
+    /// The families this node programs: every family its kernel supports
+    /// ([`ProxyConfig::families`]), as upstream runs dual-stack whenever the platform allows it,
+    /// whatever addresses the Node object lists. The node's addresses decide only NodePorts
+    /// (see [`ProxyModel::families_without_nodeports`]).
     pub fn families(&self) -> Vec<IpFamily> {
-        let mut families: Vec<IpFamily> = self.node.primary_ips.iter().map(IpFamily::of).collect();
+        let mut families = self.config.families.clone();
         families.sort();
         families.dedup();
         if families.is_empty() { IpFamily::ALL.to_vec() } else { families }
+    }
+
+    /// The programmed families in which no node address accepts NodePort traffic (with
+    /// `--nodeport-addresses primary`: the Node lists no address of that family). Their
+    /// Services get ClusterIPs, external and load balancer IPs, but no NodePorts, as upstream.
+    pub fn families_without_nodeports(&self) -> Vec<IpFamily> {
+        let nodeport_ips = self.nodeport_ips();
+        self.families().into_iter().filter(|f| !nodeport_ips.iter().any(|ip| IpFamily::of(ip) == *f)).collect()
     }
 
     /// The node addresses that accept NodePort traffic, in order.
@@ -152,6 +162,9 @@ pub struct ProxyConfig {
     pub detect_local: DetectLocal,
     /// `--service-cluster-ip-range`.
     pub service_cidrs: Vec<Cidr>,
+    /// The IP families the node's kernel supports (upstream's platform check: IPv6 when
+    /// `/proc/net/if_inet6` exists). Offline renders assume both.
+    pub families: Vec<IpFamily>,
 }
 
 impl Default for ProxyConfig {
@@ -163,6 +176,7 @@ impl Default for ProxyConfig {
             masquerade_bit: 14,
             detect_local: DetectLocal::ClusterCidr,
             service_cidrs: Vec::new(),
+            families: IpFamily::ALL.to_vec(),
         }
     }
 }

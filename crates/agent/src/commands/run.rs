@@ -33,7 +33,7 @@ fn install_metrics() -> Result<PrometheusHandle> {
 }
 
 /// Runs the agent until SIGTERM/SIGINT (rules stay in place) or, with `--once`, one sync.
-pub fn run(cfg: RunConfig) -> Result<()> {
+pub fn run(mut cfg: RunConfig) -> Result<()> {
     if cfg.cleanup {
         return super::cleanup::remove(&cfg.rules.table);
     }
@@ -65,6 +65,8 @@ pub fn run(cfg: RunConfig) -> Result<()> {
         state_dir: cfg.state_dir.clone(),
         ..SyncConfig::default()
     };
+    cfg.rules.proxy.families = crate::platform::kernel_families();
+    crate::platform::log_families(&cfg.rules.proxy.families);
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
     let health_notice_tx = notice_tx.clone();
     let mut sync_loop = SyncLoop::new(cache, nl, sync_cfg, health.clone()).with_notices(move |n| {

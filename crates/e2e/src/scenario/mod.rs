@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
-use verdict_model::{BuildOutput, Cidr, ProxyConfig, ProxyModel, build_model, source};
+use verdict_model::{BuildOutput, Cidr, IpFamily, ProxyConfig, ProxyModel, build_model, source};
 use verdict_nft::explain::{Host, Packet, Summary, explain};
 use verdict_nft::{Ruleset, text};
 
@@ -91,6 +91,9 @@ pub struct Lab {
     pub node_addresses: Vec<IpAddr>,
     /// node1's `topology.kubernetes.io/zone` label.
     pub zone: Option<String>,
+    /// The families of the InternalIPs node1's Node object lists (both by default; the
+    /// namespaces have both either way, as a node whose kernel supports IPv6 does).
+    pub listed_families: Vec<IpFamily>,
 }
 
 impl Lab {
@@ -120,7 +123,7 @@ impl Lab {
         ];
         let echo = echo.to_str().expect("UTF-8 path");
         cluster.nodes[0].ns.spawn(&[echo, NODE_HOST, "80", &NODE_PORT.to_string()])?;
-        let lab = Lab { cluster, node_addresses, zone: None };
+        let lab = Lab { cluster, node_addresses, zone: None, listed_families: IpFamily::ALL.to_vec() };
         lab.wait_for_host_echo()?;
         Ok(lab)
     }
@@ -160,10 +163,11 @@ impl Lab {
         let node1 = &self.cluster.nodes[0];
         source::Node {
             name: NODE.into(),
-            addresses: vec![
-                ("InternalIP".into(), node1.ipv4.to_string()),
-                ("InternalIP".into(), node1.ipv6.to_string()),
-            ],
+            addresses: [IpAddr::from(node1.ipv4), IpAddr::from(node1.ipv6)]
+                .into_iter()
+                .filter(|ip| self.listed_families.contains(&IpFamily::of(ip)))
+                .map(|ip| ("InternalIP".to_string(), ip.to_string()))
+                .collect(),
             pod_cidrs: vec!["10.244.1.0/24".into(), "fd00:10:244:1::/64".into()],
             labels: self.zone.iter().map(|z| ("topology.kubernetes.io/zone".to_string(), z.clone())).collect(),
             ..source::Node::default()

@@ -1,0 +1,41 @@
+//! What the node's kernel can do, asked once at start.
+
+use std::path::Path;
+use verdict_model::IpFamily;
+
+/// Where the kernel lists IPv6 interface addresses; absent when IPv6 is off (`ipv6.disable=1`
+/// or no IPv6 module). Upstream kube-proxy decides IPv6 support from the same file.
+const IF_INET6: &str = "/proc/net/if_inet6";
+
+/// The IP families verdict proxies on this node: IPv4 always, IPv6 when the kernel has it.
+/// The Node's addresses play no part (they decide only NodePorts), as upstream.
+pub fn kernel_families() -> Vec<IpFamily> {
+    families(Path::new(IF_INET6).exists())
+}
+
+fn families(ipv6: bool) -> Vec<IpFamily> {
+    if ipv6 { IpFamily::ALL.to_vec() } else { vec![IpFamily::V4] }
+}
+
+/// Upstream's start-up line, so operators find the mode where they look for it.
+pub fn log_families(families: &[IpFamily]) {
+    if families.len() > 1 {
+        tracing::info!("verdict running in dual-stack mode (the kernel supports IPv4 and IPv6)");
+    } else {
+        tracing::info!(
+            families = ?families.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+            "verdict running in single-stack mode: the kernel has no IPv6 ({IF_INET6} is absent)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_follows_the_kernel_not_the_node() {
+        assert_eq!(families(true), vec![IpFamily::V4, IpFamily::V6]);
+        assert_eq!(families(false), vec![IpFamily::V4]);
+    }
+}
