@@ -40,12 +40,14 @@ pub async fn publish_events(
         let (api_version, kind) = match notice.object.kind {
             ObjectKind::Service => ("v1", "Service"),
             ObjectKind::EndpointSlice => ("discovery.k8s.io/v1", "EndpointSlice"),
+            ObjectKind::Node => ("v1", "Node"),
             _ => continue,
         };
+        let namespaced = notice.object.kind != ObjectKind::Node;
         let reference = ObjectReference {
             api_version: Some(api_version.into()),
             kind: Some(kind.into()),
-            namespace: Some(notice.object.namespace.clone()),
+            namespace: namespaced.then(|| notice.object.namespace.clone()),
             name: Some(notice.object.name.clone()),
             ..ObjectReference::default()
         };

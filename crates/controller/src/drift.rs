@@ -21,6 +21,12 @@ pub fn watch_table(table: &str, tx: Sender<Event>) -> Result<MonitorGate, Netlin
     let spawned = std::thread::Builder::new().name("monitor".into()).spawn(move || {
         loop {
             let what = match monitor.wait() {
+                Ok(TableNotice::OtherTable) => {
+                    if tx.send(Event::OtherTablesChanged).is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 Ok(TableNotice::Changed(kind)) => kind.to_string(),
                 Ok(TableNotice::Overflow) => "notices lost".to_string(),
                 Err(e) => {

@@ -60,6 +60,9 @@ pub enum Event {
     SourceProblems(Vec<Problem>),
     /// Another program changed the table (what it did): reconcile it.
     TableChanged(String),
+    /// Another program changed a table of its own (a firewall may now drop Service traffic):
+    /// look again (see [`crate::firewalls`]).
+    OtherTablesChanged,
     /// The table monitor stopped: changes by other programs would go unnoticed, so full
     /// reconciles read the kernel's table again.
     MonitorStopped,

@@ -11,6 +11,7 @@ pub mod conntrack;
 pub mod dir;
 pub mod drift;
 pub mod event;
+pub mod firewalls;
 pub mod health;
 pub mod leftovers;
 pub mod manifests;

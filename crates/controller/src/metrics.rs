@@ -45,6 +45,9 @@ pub const TX_BYTES: &str = "verdict_sync_transaction_bytes";
 pub const RENDERED_PORTS: &str = "verdict_sync_rendered_service_ports";
 /// Input verdict cannot program, by reason (gauge: currently present).
 pub const PROBLEMS: &str = "verdict_input_problems";
+/// Base chains of other tables that drop what they do not accept, on hooks Service traffic
+/// passes (gauge; see `crate::firewalls`).
+pub const FOREIGN_DROP_CHAINS: &str = "verdict_foreign_drop_chains";
 
 /// Upstream's sync-duration buckets: 1 ms doubling, 15 buckets.
 pub fn sync_buckets() -> Vec<f64> {
@@ -95,6 +98,10 @@ pub fn describe() {
     describe_histogram!(TX_BYTES, metrics::Unit::Bytes, "Bytes sent by each nftables transaction");
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
+    describe_gauge!(
+        FOREIGN_DROP_CHAINS,
+        "Base chains of other nftables tables that drop Service traffic verdict accepts unless they accept it too"
+    );
     describe_gauge!(NO_LOCAL_ENDPOINTS, "Number of services with a Local traffic policy and no endpoints");
     describe_histogram!(
         CONNTRACK_DURATION,

@@ -145,6 +145,10 @@ pub struct SyncLoop {
     pending_service_changes: u64,
     pending_endpoint_changes: u64,
     source_problems: Vec<Problem>,
+    /// Default-drop chains of other tables, as problems of the Node (see [`crate::firewalls`]).
+    firewall_problems: Vec<Problem>,
+    /// Other tables must be looked at again (at start, and after other programs' changes).
+    firewalls_due: bool,
     /// The families last reported to have no NodePort address (logged when it changes).
     families_without_nodeports: Vec<verdict_model::IpFamily>,
     published: BTreeMap<ObjectRef, Vec<Problem>>,
@@ -190,6 +194,8 @@ impl SyncLoop {
             pending_endpoint_changes: 0,
             source_problems: Vec::new(),
             families_without_nodeports: Vec::new(),
+            firewall_problems: Vec::new(),
+            firewalls_due: true,
             published: BTreeMap::new(),
             reasons: HashSet::new(),
             reports: None,
@@ -257,6 +263,9 @@ impl SyncLoop {
                 if self.cfg.once {
                     return failed.map_or(Ok(()), |e| Err(SyncError::Failed(e)));
                 }
+            }
+            if self.firewalls_due && self.last_sync_end.is_some() {
+                self.check_firewalls();
             }
         }
     }
@@ -375,6 +384,7 @@ impl SyncLoop {
                 self.queued();
             }
             Event::TableChanged(what) => self.drifted(&what),
+            Event::OtherTablesChanged => self.firewalls_due = true,
             Event::MonitorStopped => {
                 self.monitor = None;
                 self.verify_kernel = true;
@@ -546,6 +556,24 @@ impl SyncLoop {
         metrics::counter!(m::TABLE_DRIFT).increment(1);
         self.needs_full = true;
         self.verify_kernel = true;
+        self.firewalls_due = true;
+    }
+
+    /// Looks for default-drop chains in other tables; what is found is published with the
+    /// other problems (once per change).
+    fn check_firewalls(&mut self) {
+        self.firewalls_due = false;
+        let node = self.cache.model().node.name.clone();
+        match crate::firewalls::problems(&mut self.nl, &self.cfg.table, &node) {
+            Ok(found) => {
+                metrics::gauge!(m::FOREIGN_DROP_CHAINS).set(found.len() as f64);
+                if found != self.firewall_problems {
+                    self.firewall_problems = found;
+                    self.publish_problems();
+                }
+            }
+            Err(e) => tracing::warn!("could not look for firewalls in other tables: {e}"),
+        }
     }
 
     /// Notes what a refused commit teaches (see [`StaleChains::learn`]); the error, as text.
@@ -641,12 +669,14 @@ impl SyncLoop {
     /// Logs and announces problems that appeared, changed or went away.
     fn publish_problems(&mut self) {
         let mut now: BTreeMap<ObjectRef, Vec<Problem>> = BTreeMap::new();
-        for p in self.cache.problems().into_iter().chain(self.source_problems.iter().cloned()) {
+        let all = self.cache.problems().into_iter().chain(self.source_problems.iter().cloned());
+        for p in all.chain(self.firewall_problems.iter().cloned()) {
             now.entry(p.object.clone()).or_default().push(p);
         }
         let mut counts: BTreeMap<&'static str, f64> = BTreeMap::new();
         for problems in now.values() {
-            for p in problems {
+            // A firewall elsewhere is not input verdict failed to program: it has its own gauge.
+            for p in problems.iter().filter(|p| p.reason != crate::firewalls::REASON) {
                 *counts.entry(p.reason).or_default() += 1.0;
             }
         }
@@ -662,7 +692,11 @@ impl SyncLoop {
         for (object, problems) in &now {
             if self.published.get(object) != Some(problems) {
                 for p in problems {
-                    tracing::warn!("{p}; left out");
+                    if p.reason == crate::firewalls::REASON {
+                        tracing::warn!("{p}");
+                    } else {
+                        tracing::warn!("{p}; left out");
+                    }
                 }
                 self.notify(object.clone(), problems.clone());
             }
@@ -676,7 +710,7 @@ impl SyncLoop {
 
     fn notify(&self, object: ObjectRef, problems: Vec<Problem>) {
         if let Some(notify) = &self.notices
-            && matches!(object.kind, ObjectKind::Service | ObjectKind::EndpointSlice)
+            && matches!(object.kind, ObjectKind::Service | ObjectKind::EndpointSlice | ObjectKind::Node)
         {
             notify(ProblemNotice { object, problems });
         }

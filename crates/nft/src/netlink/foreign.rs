@@ -6,7 +6,7 @@ use super::{Netlink, NetlinkError};
 use nix::errno::Errno;
 
 /// Address families of nftables tables.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TableFamily {
     /// `ip`.
     Ip,
@@ -17,12 +17,18 @@ pub enum TableFamily {
 }
 
 impl TableFamily {
-    fn number(self) -> u8 {
+    pub(crate) fn number(self) -> u8 {
         match self {
             TableFamily::Inet => 1,
             TableFamily::Ip => 2,
             TableFamily::Ip6 => 10,
         }
+    }
+
+    /// The family of an nfgenmsg header; `None` for families Service traffic does not pass
+    /// through (arp, bridge, netdev).
+    pub(crate) fn from_number(n: u8) -> Option<TableFamily> {
+        [TableFamily::Inet, TableFamily::Ip, TableFamily::Ip6].into_iter().find(|f| f.number() == n)
     }
 
     /// nft's name for the family.

@@ -9,6 +9,7 @@
 //! nothing, and the error names the operation, the object and the errno.
 
 mod elements;
+pub mod firewalls;
 mod foreign;
 mod glue;
 pub mod monitor;
@@ -243,7 +244,13 @@ impl Netlink {
         let seq = self.seq;
         let mut buf = Vec::new();
         glue::put_dump_request(&mut self.scratch, &mut buf, msg_type, seq, table, set);
-        self.sock.send(&buf).map_err(NetlinkError::Io)?;
+        self.exchange(seq, &buf)
+    }
+
+    /// Sends one request (whose sequence number is `seq`) and collects its replies, as
+    /// [`Netlink::request`] does.
+    fn exchange(&mut self, seq: u32, buf: &[u8]) -> Result<Vec<Vec<u8>>, NetlinkError> {
+        self.sock.send(buf).map_err(NetlinkError::Io)?;
         let mut out = Vec::new();
         loop {
             let n = self.sock.recv(&mut self.recv_buf, true).map_err(NetlinkError::Io)?.unwrap_or(0);

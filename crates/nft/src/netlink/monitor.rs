@@ -27,6 +27,9 @@ const ENOBUFS: i32 = 105;
 pub enum TableNotice {
     /// Another program changed the table (the message kind, e.g. "delete chain").
     Changed(&'static str),
+    /// Another program changed the tables, chains or rules of another table (of a family
+    /// Service traffic passes through): a firewall may have appeared.
+    OtherTable,
     /// Notices were lost (the socket overflowed): the table may have changed.
     Overflow,
 }
@@ -68,7 +71,8 @@ impl TableMonitor {
         Ok((TableMonitor { sock, table: table.to_string(), buf: vec![0; 1 << 20] }, gate))
     }
 
-    /// Waits for the next notice about the table; notices about other tables are skipped.
+    /// Waits for the next notice about the table, or about other tables' chains and rules;
+    /// element and set notices of other tables are skipped.
     pub fn wait(&mut self) -> Result<TableNotice, NetlinkError> {
         loop {
             let n = match self.sock.recv(&mut self.buf, true) {
@@ -79,6 +83,9 @@ impl TableMonitor {
             };
             if let Some(kind) = about_table(&self.buf[..n], &self.table) {
                 return Ok(TableNotice::Changed(kind));
+            }
+            if about_other_tables(&self.buf[..n], &self.table) {
+                return Ok(TableNotice::OtherTable);
             }
         }
     }
@@ -104,6 +111,30 @@ pub(crate) fn about_table(datagram: &[u8], table: &str) -> Option<&'static str> 
         at += super::wire::align4(len);
     }
     None
+}
+
+/// Whether `datagram` adds or deletes a table, chain or rule of a table other than ours, in
+/// the ip, ip6 or inet family.
+pub(crate) fn about_other_tables(datagram: &[u8], table: &str) -> bool {
+    const STRUCTURE: [u16; 6] = [0, 2, 3, 5, 6, 8];
+    let mut at = 0;
+    while at + NLMSG_HDRLEN < datagram.len() {
+        let len = u32::from_ne_bytes(datagram[at..at + 4].try_into().expect("4 bytes")) as usize;
+        if len <= NLMSG_HDRLEN || at + len > datagram.len() {
+            return false;
+        }
+        let msg = &datagram[at..at + len];
+        let kind = u16::from_ne_bytes([msg[4], msg[5]]);
+        let family = msg[NLMSG_HDRLEN];
+        if kind >> 8 == NFNL_SUBSYS_NFTABLES && STRUCTURE.contains(&(kind & 0xff)) && matches!(family, 1 | 2 | 10) {
+            let attrs = msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default();
+            if family != FAMILY_INET || table_attr(attrs) != Some(table) {
+                return true;
+            }
+        }
+        at += super::wire::align4(len);
+    }
+    false
 }
 
 /// The table-name attribute among a message's attributes.
@@ -176,6 +207,16 @@ mod tests {
         assert_eq!(about_table(&notice(5, FAMILY_INET, "firewalld"), "kube-proxy"), None);
         assert_eq!(about_table(&notice(5, 2, "kube-proxy"), "kube-proxy"), None, "ip kube-proxy is not ours");
         assert_eq!(about_table(&notice(NFT_MSG_NEWGEN, FAMILY_INET, "kube-proxy"), "kube-proxy"), None);
+    }
+
+    #[test]
+    fn structure_changes_of_other_tables_are_noticed_but_not_their_elements() {
+        assert!(about_other_tables(&notice(3, 2, "filter"), "kube-proxy"), "add chain in ip filter");
+        assert!(about_other_tables(&notice(6, FAMILY_INET, "firewalld"), "kube-proxy"), "add rule");
+        assert!(about_other_tables(&notice(5, 2, "kube-proxy"), "kube-proxy"), "ip kube-proxy is another table");
+        assert!(!about_other_tables(&notice(6, FAMILY_INET, "kube-proxy"), "kube-proxy"), "ours");
+        assert!(!about_other_tables(&notice(12, FAMILY_INET, "firewalld"), "kube-proxy"), "elements");
+        assert!(!about_other_tables(&notice(3, 7, "br"), "kube-proxy"), "bridge family");
     }
 
     #[test]

@@ -1,0 +1,162 @@
+//! A default-drop firewall in another table drops Service traffic that verdict accepted (an
+//! accept in one table does not override a drop in another): the agent says so once, as a log
+//! line naming the table and chain, the `verdict_foreign_drop_chains` gauge and a Warning
+//! Event on its Node, and says when it is gone. Real packets, the real binary, the test API
+//! server (root only).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use verdict_e2e::apilab::{ApiLab, node, service, slice};
+use verdict_e2e::require_kernel;
+
+const ENDPOINT: &str = "10.0.1.1";
+const CLUSTER_IP: &str = "172.30.0.10";
+/// An input chain that drops everything but loopback addresses (the API server and the
+/// metrics endpoint live on 127.0.0.1): the endpoint, a host-network address, is cut off.
+const FIREWALL: &str = "table inet hostfw {
+    chain input {
+        type filter hook input priority 0; policy drop;
+        ip daddr 127.0.0.0/8 accept
+    }
+}";
+
+struct Agent {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Agent {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait(&self, what: &str, mut f: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}\nagent log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn start(lab: &ApiLab) -> Agent {
+    let dir = std::env::temp_dir().join(format!("verdict-fw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    lab.server.write_kubeconfig(&kubeconfig).unwrap();
+    let log = dir.join("agent.log");
+    let child = Command::new("ip")
+        .args(["netns", "exec", lab.ns.name(), env!("CARGO_BIN_EXE_verdict"), "run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
+        .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
+        .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false", "--state-dir", ""])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    Agent { child, log }
+}
+
+/// Connects to the ClusterIP from inside the namespace; the answer, or `None` on a timeout.
+fn ask(lab: &ApiLab) -> Option<String> {
+    let addr: SocketAddr = format!("{CLUSTER_IP}:80").parse().unwrap();
+    lab.ns.run(|| {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(700)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    })
+}
+
+fn gauge(lab: &ApiLab) -> Option<f64> {
+    let body = lab.ns.run(|| {
+        let mut s = TcpStream::connect("127.0.0.1:10249").ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    })?;
+    let line = body.lines().find(|l| l.starts_with("verdict_foreign_drop_chains "))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn node_events(lab: &ApiLab) -> Vec<String> {
+    lab.server
+        .events()
+        .iter()
+        .filter(|e| {
+            let about = e.get("regarding").or_else(|| e.get("involvedObject")).cloned().unwrap_or_default();
+            about["kind"] == "Node" && about["name"] == "n1"
+        })
+        .map(|e| {
+            format!("{} {}: {}", e["type"], e["reason"], e["note"].as_str().or(e["message"].as_str()).unwrap_or(""))
+        })
+        .collect()
+}
+
+#[test]
+fn a_default_drop_table_elsewhere_is_reported_and_its_drop_is_real() {
+    require_kernel!();
+    let lab = ApiLab::new("fwdrop").unwrap();
+    lab.ns.ip(&["addr", "add", &format!("{ENDPOINT}/32"), "dev", "lo"]).unwrap();
+    // A route for the ClusterIP, as a node has (its default route): without one, a connection
+    // fails before the output hook could DNAT it.
+    lab.ns.ip(&["route", "add", "172.30.0.0/16", "dev", "lo"]).unwrap();
+    let listener = lab.ns.run(|| TcpListener::bind(format!("{ENDPOINT}:8080"))).unwrap();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let _ = conn.write_all(b"endpoint");
+        }
+    });
+    lab.server.apply(node("n1", "192.168.0.2"));
+    lab.server.apply(service("ns1", "web", CLUSTER_IP, 80));
+    lab.server.apply(slice("ns1", "web", &[ENDPOINT.to_string()], None));
+    let agent = start(&lab);
+    agent.wait("web programmed", || lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")));
+    agent.wait("the gauge at 0", || gauge(&lab) == Some(0.0));
+    assert_eq!(ask(&lab).as_deref(), Some("endpoint"), "the Service answers before the firewall");
+
+    let status = Command::new("ip").args(["netns", "exec", lab.ns.name(), "nft", FIREWALL]).status().expect("nft");
+    assert!(status.success(), "loading the firewall table");
+    agent.wait("the warning", || {
+        agent.log().contains("table inet hostfw, chain input (hook input, priority 0) has policy drop")
+    });
+    agent.wait("the gauge at 1", || gauge(&lab) == Some(1.0));
+    agent.wait("a Warning Event on the Node", || !node_events(&lab).is_empty());
+    let events = node_events(&lab);
+    assert!(events[0].contains("Warning") && events[0].contains("DropInOtherTable"), "{events:?}");
+    assert!(events[0].contains("table inet hostfw, chain input"), "{events:?}");
+    assert_eq!(ask(&lab), None, "the other table drops what verdict DNATed");
+    assert!(lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")), "verdict's table is untouched");
+
+    // Said once, not on every sync: more changes, no new Event and one warning line.
+    for k in 2..5 {
+        let ips = [ENDPOINT.to_string(), format!("10.0.2.{k}")];
+        lab.server.apply(slice("ns1", "web", &ips, None));
+        agent.wait("the change programmed", || lab.table().contains(&format!("10.0.2.{k} . 8080")));
+    }
+    assert_eq!(node_events(&lab).len(), 1, "{:?}", node_events(&lab));
+    assert_eq!(agent.log().matches("has policy drop").count(), 1, "{}", agent.log());
+
+    let status = Command::new("ip")
+        .args(["netns", "exec", lab.ns.name(), "nft", "delete", "table", "inet", "hostfw"])
+        .status()
+        .expect("nft");
+    assert!(status.success());
+    agent.wait("the gauge back at 0", || gauge(&lab) == Some(0.0));
+    agent.wait("resolved in the log", || agent.log().contains("Node n1: its problems are resolved"));
+    lab.server.apply(slice("ns1", "web", &[ENDPOINT.to_string()], None));
+    agent.wait("back to one endpoint", || !lab.table().contains("10.0.2.4 . 8080"));
+    assert_eq!(ask(&lab).as_deref(), Some("endpoint"), "the Service answers again");
+}
