@@ -498,6 +498,10 @@ impl SyncLoop {
                 tracing::error!(full, "sync failed; a full reconcile follows in {:?}: {e}", self.backoff);
                 self.needs_full = true;
                 self.verify_kernel = true;
+                // The kernel is not what verdict wants, even when nothing was queued (a repair
+                // or a periodic reconcile failed): health times out from here unless a sync
+                // succeeds first (an older queued change keeps its own start).
+                self.health.queued();
                 self.retry_at = Some(now + self.backoff);
                 self.backoff = (self.backoff * 2).min(self.cfg.sync_period.max(self.backoff));
                 report.error = Some(e);

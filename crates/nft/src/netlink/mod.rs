@@ -9,6 +9,8 @@
 //! nothing, and the error names the operation, the object and the errno.
 
 mod elements;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod firewalls;
 mod foreign;
 mod glue;
@@ -124,13 +126,36 @@ pub struct Netlink {
     scratch: Scratch,
     recv_buf: Vec<u8>,
     seq: u32,
+    #[cfg(feature = "fault-injection")]
+    faults: Option<fault::Faults>,
+}
+
+/// What the kernel answered to a batch: its errors (sequence number, errno, extended ack) and
+/// the sequence numbers it acknowledged.
+pub(crate) struct Replies {
+    errors: Vec<(u32, i32, Option<String>)>,
+    acks: Vec<u32>,
 }
 
 impl Netlink {
     /// Opens a socket (in the calling thread's network namespace).
     pub fn open() -> Result<Netlink, NetlinkError> {
         let sock = Socket::open().map_err(NetlinkError::Open)?;
-        Ok(Netlink { sock, scratch: Scratch::new(), recv_buf: vec![0; 1 << 20], seq: 1 << 20 })
+        Ok(Netlink {
+            sock,
+            scratch: Scratch::new(),
+            recv_buf: vec![0; 1 << 20],
+            seq: 1 << 20,
+            #[cfg(feature = "fault-injection")]
+            faults: None,
+        })
+    }
+
+    /// Injects the faults `faults` plans into the transactions this socket commits (tests only).
+    #[cfg(feature = "fault-injection")]
+    pub fn with_faults(mut self, faults: fault::Faults) -> Netlink {
+        self.faults = Some(faults);
+        self
     }
 
     /// Encodes a transaction (pure CPU; exposed for benchmarks and tests).
@@ -155,11 +180,14 @@ impl Netlink {
             wire::set_begin_genid(&mut batch.body, genid);
             let buf = &batch.body;
             self.sock.size_buffers(buf.len() + 64 * 1024, 4 << 20).map_err(NetlinkError::Io)?;
-            let started = Instant::now();
-            self.sock.send(buf).map_err(NetlinkError::Io)?;
-            let kernel_us = started.elapsed().as_micros() as u64;
-            let errors = self.drain()?;
+            let (kernel_us, Replies { errors, acks }) = self.transact(buf)?;
             if errors.is_empty() {
+                // Only the end's acknowledgement says the transaction committed: without it
+                // (a reply lost or cut short), an error may have been lost too.
+                let end_seq = FIRST_SEQ + batch.op_of_message.len() as u32;
+                if !acks.contains(&end_seq) {
+                    return Err(NetlinkError::LostReplies("the batch end was not acknowledged".into()));
+                }
                 return Ok(CommitStats {
                     messages: batch.op_of_message.len() + 2,
                     bytes: buf.len(),
@@ -198,27 +226,46 @@ impl Netlink {
         first
     }
 
+    /// Sends a transaction's batch and reads the kernel's replies (in test builds, with the
+    /// fault planned for it, if any), and the time the send took in microseconds.
+    fn transact(&mut self, buf: &[u8]) -> Result<(u64, Replies), NetlinkError> {
+        let started = Instant::now();
+        #[cfg(feature = "fault-injection")]
+        if let Some(f) = self.faults.as_ref().and_then(fault::Faults::next) {
+            return fault::transact(self, buf, f).map(|r| (started.elapsed().as_micros() as u64, r));
+        }
+        self.sock.send(buf).map_err(NetlinkError::Io)?;
+        let kernel_us = started.elapsed().as_micros() as u64;
+        Ok((kernel_us, self.drain()?))
+    }
+
     /// Sends a small batch built elsewhere and returns the errors it drew.
     fn send_batch(&mut self, buf: &[u8]) -> Result<Vec<(u32, i32, Option<String>)>, NetlinkError> {
         self.sock.send(buf).map_err(NetlinkError::Io)?;
-        self.drain()
+        self.drain().map(|r| r.errors)
     }
 
     /// Reads every reply already queued (the kernel handles a batch inside the send).
-    fn drain(&mut self) -> Result<Vec<(u32, i32, Option<String>)>, NetlinkError> {
+    fn drain(&mut self) -> Result<Replies, NetlinkError> {
         let mut errors = Vec::new();
+        let mut acks = Vec::new();
+        let mut overflowed = false;
         loop {
             let n = match self.sock.recv(&mut self.recv_buf, false) {
                 Ok(Some(n)) => n,
-                Ok(None) => return Ok(errors),
+                Ok(None) if overflowed => return Err(NetlinkError::LostReplies("receive queue overflowed".into())),
+                Ok(None) => return Ok(Replies { errors, acks }),
+                // The kernel drops every later reply (those to the next requests too) until
+                // the queue has been read empty: read on.
                 Err(e) if e.raw_os_error() == Some(libc_enobufs()) => {
-                    return Err(NetlinkError::LostReplies("receive queue overflowed".into()));
+                    overflowed = true;
+                    continue;
                 }
                 Err(e) => return Err(NetlinkError::Io(e)),
             };
             for msg in wire::messages(&self.recv_buf[..n]) {
                 match msg.error() {
-                    Some(0) => {} // the end's acknowledgement
+                    Some(0) => acks.push(msg.seq), // the end's acknowledgement
                     Some(errno) => {
                         let seq = msg.error_seq().unwrap_or(msg.seq);
                         errors.push((seq, errno, msg.ext_ack_text()));
