@@ -20,8 +20,7 @@ pub struct Report {
 
 /// Lists the UDP entries of each family and deletes the stale ones ([`stale_entries`]).
 ///
-/// A family is not listed at all when no target with serving endpoints could match an entry
-/// of it (no Service address of that family, and no NodePort with a node address of that
+/// A family is not listed at all when no target could match an entry of it (no Service address of that family, and no NodePort with a node address of that
 /// family), so a single-stack node never dumps the other family's table and an empty
 /// `targets` costs nothing. The first error stops the pass; entries already deleted stay
 /// deleted.
@@ -51,10 +50,7 @@ pub fn reconcile(
 fn relevant(family: Family, targets: &[UdpTarget], node_addresses: &[IpAddr]) -> bool {
     let of_family = |a: &IpAddr| Family::of(&a.to_canonical()) == family;
     let node_address = node_addresses.iter().any(of_family);
-    targets
-        .iter()
-        .filter(|t| !t.serving_endpoints.is_empty())
-        .any(|t| t.addresses.iter().any(of_family) || (node_address && t.node_port.is_some_and(|p| p != 0)))
+    targets.iter().any(|t| t.addresses.iter().any(of_family) || (node_address && t.node_port.is_some_and(|p| p != 0)))
 }
 
 #[cfg(test)]
@@ -89,9 +85,9 @@ mod tests {
         assert!(!relevant(Family::V6, &np, &ips(&["10.0.0.1"])));
         assert!(relevant(Family::V6, &np, &ips(&["10.0.0.1", "fd00::1"])));
 
-        // Targets without serving endpoints select nothing, so they list nothing.
-        let none = [target(&["10.96.0.10", "fd00:96::10"], Some(30053), &[])];
-        assert!(!relevant(Family::V4, &none, &ips(&["10.0.0.1", "fd00::1"])));
+        // Targets without serving endpoints select every flow to them, so they are listed too.
+        let none = [target(&["10.96.0.10"], None, &[])];
+        assert!(relevant(Family::V4, &none, &ips(&["10.0.0.1", "fd00::1"])));
         assert!(!relevant(Family::V6, &none, &ips(&["10.0.0.1", "fd00::1"])));
         assert!(!relevant(Family::V4, &[], &ips(&["10.0.0.1"])));
     }

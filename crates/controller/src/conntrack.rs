@@ -43,21 +43,29 @@ pub fn udp_target(port: &ServicePort) -> UdpTarget {
     UdpTarget { addresses, port: port.port, node_port: port.node_port, serving_endpoints: serving }
 }
 
+/// The reconciler's view of a UDP Service port that no longer exists: no endpoint serves it,
+/// so every flow still DNATed to one of its old endpoints is stale (kubernetes #141371).
+fn deleted_udp_target(port: &ServicePort) -> UdpTarget {
+    UdpTarget { serving_endpoints: Vec::new(), ..udp_target(port) }
+}
+
 /// The UDP ports whose entries need checking: after a full sync all of them (endpoints may
-/// have gone while nobody watched), otherwise those whose endpoints changed.
+/// have gone while nobody watched), otherwise those whose endpoints changed; in both cases
+/// the UDP ports this sync deleted, with no serving endpoint.
 pub fn targets(model: &ProxyModel, full: bool, changes: &[PortChange]) -> Vec<UdpTarget> {
     let udp = |p: &&ServicePort| p.protocol() == Protocol::Udp;
+    let deleted = changes.iter().filter(|c| c.new.is_none()).filter_map(|c| c.old.as_ref().filter(udp));
+    let mut targets: Vec<UdpTarget> = deleted.map(deleted_udp_target).collect();
     if full {
-        return model.services.values().filter(udp).map(udp_target).collect();
+        targets.extend(model.services.values().filter(udp).map(udp_target));
+        return targets;
     }
-    changes
-        .iter()
-        .filter_map(|c| {
-            let new = c.new.as_ref().filter(udp)?;
-            let changed = c.old.as_ref().is_none_or(|old| old.endpoints != new.endpoints);
-            changed.then(|| udp_target(new))
-        })
-        .collect()
+    targets.extend(changes.iter().filter_map(|c| {
+        let new = c.new.as_ref().filter(udp)?;
+        let changed = c.old.as_ref().is_none_or(|old| old.endpoints != new.endpoints);
+        changed.then(|| udp_target(new))
+    }));
+    targets
 }
 
 impl AfterSync for ConntrackCleaner {

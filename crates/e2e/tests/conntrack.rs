@@ -218,14 +218,17 @@ fn reconcile_deletes_hundreds_of_stale_flows_in_batches() {
 }
 
 #[test]
-fn a_service_without_serving_endpoints_keeps_its_flows() {
+fn a_service_without_serving_endpoints_loses_its_flows() {
     require_kernel!();
     let ns = node("ctnone");
-    ns.run(|| udp_flow("10.0.0.1:40001", "10.96.0.10:53", None));
+    ns.run(|| {
+        udp_flow("10.0.0.1:40001", "10.96.0.10:53", None);
+        udp_flow("10.0.0.1:40004", "10.96.0.10:54", None);
+    });
     let mut ct = ns.run(|| Conntrack::open().unwrap());
     let targets =
         [UdpTarget { addresses: vec![ip("10.96.0.10")], port: 53, node_port: Some(30053), serving_endpoints: vec![] }];
     let report = reconcile(&mut ct, &targets, &[ip("10.0.0.1")]).unwrap();
-    assert_eq!((report.deleted, report.examined), (0, 0), "nothing is even listed");
-    assert_eq!(conntrack_sports(&ns, &["-f", "ipv4", "-p", "udp"]), set(&[40001]));
+    assert_eq!((report.deleted, report.examined), (1, 2), "scaled to zero: every flow to the port is stale");
+    assert_eq!(conntrack_sports(&ns, &["-f", "ipv4", "-p", "udp"]), set(&[40004]), "another port is kept");
 }

@@ -34,9 +34,11 @@ pub struct UdpTarget {
 ///
 /// Like upstream kube-proxy:
 /// - only UDP entries are ever selected (TCP and SCTP are never touched);
-/// - a target without serving endpoints selects nothing (its traffic is rejected or dropped by
-///   the ruleset anyway, and an entry to a terminating endpoint keeps working as long as the
-///   endpoint lives);
+/// - a target without serving endpoints selects every entry to it: a one-way sender (statsd,
+///   syslog) refreshes its `[UNREPLIED]` entry with every packet, so it would otherwise keep
+///   being DNATed to the removed endpoint forever and never meet the reject rule (kubernetes
+///   #139628, fixed upstream by #139629). A deleted Service port is a target without serving
+///   endpoints too (kubernetes #141371);
 /// - an entry that was never DNATed (reply source = the Service address, e.g. created while
 ///   the Service had no endpoints) is stale once the target has serving endpoints.
 ///
@@ -54,7 +56,7 @@ pub fn stale_entries<'a>(entries: &'a [Entry], targets: &[UdpTarget], node_addre
 
 /// The targets, indexed for one pass over a large table.
 struct Index {
-    /// The serving endpoints of each target that has any.
+    /// The serving endpoints of each target (empty: every entry to it is stale).
     serving: Vec<HashSet<IpAddr>>,
     /// (service address, port) -> the targets (indices into `serving`) with that frontend.
     by_address: HashMap<(IpAddr, u16), Vec<usize>>,
@@ -71,7 +73,7 @@ impl Index {
             by_node_port: HashMap::new(),
             node_addresses: node_addresses.iter().map(IpAddr::to_canonical).collect(),
         };
-        for target in targets.iter().filter(|t| !t.serving_endpoints.is_empty()) {
+        for target in targets {
             let i = index.serving.len();
             index.serving.push(target.serving_endpoints.iter().map(IpAddr::to_canonical).collect());
             for address in &target.addresses {

@@ -141,11 +141,17 @@ fn each_target_is_judged_by_its_own_endpoints() {
 }
 
 #[test]
-fn target_without_serving_endpoints_selects_nothing() {
+fn target_without_serving_endpoints_selects_every_flow_to_it() {
+    // Scaled to zero, or deleted: a sender that never stops must not keep its DNAT.
     let mut t = dns();
     t.serving_endpoints.clear();
-    let entries = [udp(40001, "10.96.0.10", 53, "10.244.0.5"), udp(40002, "10.0.0.1", 30053, "10.244.0.5")];
-    assert_eq!(stale(&entries, &[t]), [] as [usize; 0]);
+    let entries = [
+        udp(40001, "10.96.0.10", 53, "10.244.0.5"),
+        udp(40002, "10.0.0.1", 30053, "10.244.0.5"),
+        udp(40003, "10.96.0.10", 54, "10.244.0.5"), // another port of the address: kept
+        flow(IPPROTO_TCP, "10.0.0.1", 40004, "10.96.0.10", 53, "10.244.0.5"), // TCP: kept
+    ];
+    assert_eq!(stale(&entries, &[t]), [0, 1]);
 }
 
 #[test]
