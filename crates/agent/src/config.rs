@@ -133,7 +133,8 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
             _ => return None,
         };
         rest = &rest[unit..];
-        total += Duration::from_secs_f64(value * factor);
+        // Out of range (`99999999999h`) is not a duration: `from_secs_f64` and `+=` would panic.
+        total = total.checked_add(Duration::try_from_secs_f64(value * factor).ok()?)?;
     }
     Some(total)
 }
@@ -381,6 +382,13 @@ impl RunConfig {
         {
             return Err(bad(format!("--kubeconfig {}: no such file", path.display())));
         }
+        if let Source::ApiServer { kubeconfig: Some(path), .. } = &source {
+            // Read now, so that a broken file is one line and exit 64 before anything is opened.
+            kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                let e = e.to_string().replace('\n', " ");
+                bad(format!("--kubeconfig {}: not a kubeconfig: {e}", path.display()))
+            })?;
+        }
         Ok(RunConfig {
             rules,
             source,
@@ -410,5 +418,12 @@ mod tests {
         assert_eq!(parse_duration("10"), None);
         assert_eq!(parse_duration("1x"), None);
         assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn out_of_range_durations_are_refused_not_a_panic() {
+        // Found by tests/fuzz_config.rs: these panicked in Duration::from_secs_f64 or `+=`.
+        assert_eq!(parse_duration("99999999999999999999h"), None);
+        assert_eq!(parse_duration("5124095576030431h5124095576030431h"), None);
     }
 }

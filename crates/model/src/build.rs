@@ -57,7 +57,15 @@ pub fn build_model(
     sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut claims = ClaimIndex::default();
     let mut raw = Vec::new();
+    let mut previous: Option<(&str, &str)> = None;
     for svc in sorted {
+        let key = (svc.namespace.as_str(), svc.name.as_str());
+        if previous.replace(key) == Some(key) {
+            // Two objects of one name (a manifests directory can hold both): the first is kept.
+            let object = ObjectRef::new(ObjectKind::Service, &svc.namespace, &svc.name);
+            problems.push(Problem::new(object, "DuplicateObject", "a second Service of this name is left out"));
+            continue;
+        }
         let svc_slices =
             slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
         for port in build_service(&model.node, &families, svc, svc_slices, &mut problems) {
@@ -194,6 +202,12 @@ pub(crate) fn build_service(
     if svc.cluster_ips.iter().all(|ip| ip.is_empty() || ip == "None") {
         return Vec::new(); // headless: DNS only, nothing to proxy
     }
+    // The API server only admits DNS labels; anything else would end up in chain names and
+    // comments that `nft -f` cannot read back.
+    if !is_dns_label(&svc.namespace) || !is_dns_label(&svc.name) {
+        r.report("InvalidName", format!("namespace {:?} or name {:?} is not a DNS label", svc.namespace, svc.name));
+        return Vec::new();
+    }
     let reported = r.problems.len();
     let cluster_ips = parse_addresses(svc.cluster_ips.clone(), families, "clusterIP", "InvalidClusterIP", &mut r);
     if cluster_ips.is_empty() {
@@ -270,6 +284,10 @@ pub(crate) fn build_service(
     let mut ports = Vec::with_capacity(svc.ports.len());
     let mut seen = BTreeSet::new();
     for spec in &svc.ports {
+        if !spec.name.is_empty() && !is_dns_label(&spec.name) {
+            r.report("InvalidPort", format!("port name {:?} is not a DNS label", spec.name));
+            continue;
+        }
         let Some(protocol) = Protocol::parse_k8s(&spec.protocol) else {
             r.report("InvalidProtocol", format!("port {:?} has unsupported protocol {:?}", spec.name, spec.protocol));
             continue;
@@ -314,6 +332,15 @@ pub(crate) fn build_service(
         ports.push(port);
     }
     ports
+}
+
+/// A DNS-1123 label: what the API server admits as a namespace, a Service name or a port name.
+fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+        && !s.is_empty()
 }
 
 pub(crate) fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
@@ -380,7 +407,10 @@ fn collect_endpoints(
                 continue;
             };
             for ep in &slice.endpoints {
-                let Some(raw) = ep.addresses.first() else { continue };
+                let Some(raw) = ep.addresses.first() else {
+                    r.report("InvalidEndpointAddress", "an endpoint has no address".to_string());
+                    continue;
+                };
                 let addr = match parse_ip_tolerant(raw) {
                     Some(addr) if IpFamily::of(&addr) == family => addr,
                     Some(_) => {
