@@ -151,9 +151,14 @@ pub struct CleanupArgs {
 /// `verdict explain`.
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// The manifests directory.
-    #[arg(long, value_name = "DIR")]
-    pub manifests: PathBuf,
+    /// The manifests directory: the table they render is explained (with `--live`: compared
+    /// with the kernel's).
+    #[arg(long, value_name = "DIR", required_unless_present = "live")]
+    pub manifests: Option<PathBuf>,
+    /// Explain the table the kernel holds (needs CAP_NET_ADMIN, on the node), not a rendered
+    /// one.
+    #[arg(long)]
+    pub live: bool,
     /// The client's address (one of the node's own addresses: a connection the node opens).
     #[arg(long, value_name = "IP")]
     pub src: String,

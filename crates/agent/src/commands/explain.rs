@@ -7,7 +7,9 @@ use anyhow::{Context, Result, bail};
 use std::net::{IpAddr, SocketAddr};
 use verdict_model::{Protocol, parse_ip_tolerant};
 use verdict_nft::explain::{Host, Packet, explain};
-use verdict_nft::{RenderOptions, render};
+use verdict_nft::netlink::Netlink;
+use verdict_nft::observe::observe;
+use verdict_nft::{RenderOptions, Ruleset, render};
 
 /// Parses `IP:PORT[/PROTO]`.
 pub fn parse_destination(raw: &str) -> Result<(SocketAddr, Protocol)> {
@@ -31,17 +33,62 @@ pub fn run(args: &ExplainArgs, cfg: &RulesConfig) -> Result<()> {
     for raw in &args.node_address {
         extra.push(parse_ip_tolerant(raw).with_context(|| format!("--node-address {raw:?} is not an address"))?);
     }
-    let built = source::model_from_manifests(&args.manifests, cfg, &extra)?;
-    source::report(&built.problems);
-    let rs = render(&built.model, &RenderOptions { table: cfg.table.clone() });
-    let mut local: Vec<IpAddr> = built.model.node.addresses.clone();
-    local.extend(&built.model.node.primary_ips);
-    local.extend(["127.0.0.1".parse::<IpAddr>()?, "::1".parse()?]);
+    let packet = Packet { src, dst: dst.ip(), protocol, dport: dst.port(), in_interface: args.in_interface.clone() };
+    let desired = match &args.manifests {
+        Some(dir) => {
+            let built = source::model_from_manifests(dir, cfg, &extra)?;
+            source::report(&built.problems);
+            let mut local: Vec<IpAddr> = built.model.node.addresses.clone();
+            local.extend(&built.model.node.primary_ips);
+            Some((render(&built.model, &RenderOptions { table: cfg.table.clone() }), local))
+        }
+        None => None,
+    };
+    if !args.live {
+        let (rs, local) = desired.context("--manifests DIR or --live is required")?;
+        print!("{}", explain(&rs, &packet, &host(local, &extra)));
+        return Ok(());
+    }
+    let live = live_table(&cfg.table)?;
+    let local = host(verdict_controller::sync::local_addresses(), &extra);
+    let answer = explain(&live, &packet, &local);
+    println!("from the kernel's table inet {}:", cfg.table);
+    print!("{answer}");
+    if let Some((rs, _)) = desired {
+        let wanted = explain(&rs, &packet, &local);
+        if wanted.summary() == answer.summary() {
+            println!("desired table (--manifests): the same answer");
+        } else {
+            println!(
+                "desired table (--manifests) answers differently: {}\n\
+                 the kernel's table drifted from it, or a sync is pending",
+                wanted.summary()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The addresses `fib daddr type local` matches: the node's, the extra ones, loopback.
+fn host(mut local: Vec<IpAddr>, extra: &[IpAddr]) -> Host {
+    local.extend(extra);
+    local.extend([IpAddr::from([127, 0, 0, 1]), IpAddr::from(std::net::Ipv6Addr::LOCALHOST)]);
     local.sort();
     local.dedup();
-    let packet = Packet { src, dst: dst.ip(), protocol, dport: dst.port(), in_interface: args.in_interface.clone() };
-    print!("{}", explain(&rs, &packet, &Host { local_addresses: local }));
-    Ok(())
+    Host { local_addresses: local }
+}
+
+/// The table the kernel holds, read over netlink.
+fn live_table(table: &str) -> Result<Ruleset> {
+    let mut nl = Netlink::open().context("opening netlink (explain --live needs CAP_NET_ADMIN)")?;
+    let observed = observe(&mut nl, table).context("reading the table from the kernel")?;
+    let observed = observed.with_context(|| {
+        format!("the kernel has no table inet {table}: verdict has not programmed this node (or uses another --table)")
+    })?;
+    for what in &observed.foreign {
+        eprintln!("verdict: note: the kernel's table holds {what}, which verdict did not write");
+    }
+    Ok(observed.ruleset)
 }
 
 #[cfg(test)]
