@@ -80,6 +80,7 @@ fn host(mut local: Vec<IpAddr>, extra: &[IpAddr]) -> Host {
 
 /// The table the kernel holds, read over netlink.
 fn live_table(table: &str) -> Result<Ruleset> {
+    crate::privileges::ensure_net_admin()?;
     let mut nl = Netlink::open().context("opening netlink (explain --live needs CAP_NET_ADMIN)")?;
     let observed = observe(&mut nl, table).context("reading the table from the kernel")?;
     let observed = observed.with_context(|| {
