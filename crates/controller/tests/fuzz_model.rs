@@ -306,7 +306,9 @@ fn rendered_text_parses_with_nft_check() {
     if !kernel_checks_enabled() {
         return;
     }
-    let config = ProptestConfig { cases: (cases(256) / 1000).max(16), ..ProptestConfig::default() };
+    // The source file lets proptest keep failures beside this file, as `proptest!` does.
+    let config =
+        ProptestConfig { cases: (cases(256) / 1000).max(16), source_file: Some(file!()), ..ProptestConfig::default() };
     let strategy =
         (vec(hostile_service(any_namespace()), 0..6), vec(hostile_slice(any_namespace()), 0..6), of(hostile_node()));
     proptest::test_runner::TestRunner::new(config)

@@ -75,7 +75,7 @@ impl OneWaySender {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 256];
                 while !stop.load(Ordering::Relaxed) {
-                    let mut note = |what: String| heard.lock().unwrap().push(what);
+                    let note = |what: String| heard.lock().unwrap().push(what);
                     if let Err(e) = socket.send(b"metric:1|c") {
                         note(kind(&e));
                     }
