@@ -32,7 +32,12 @@ fn installed(pkg: &str) -> bool {
 
 /// Installs missing packages when root; otherwise prints the exact command and fails.
 pub fn ensure() -> Result<()> {
-    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    ensure_packages(PACKAGES)
+}
+
+/// [`ensure`] for the given packages.
+pub fn ensure_packages(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
     if missing.is_empty() {
         return Ok(());
     }

@@ -7,13 +7,15 @@
 //! cargo xtask bench --e2e   `verdict run` against the test API server: start, restart, RSS
 //! cargo xtask e2e     a two-node namespace cluster with verdict daemons and the test API server
 //! cargo xtask e2e --kind [--dry-run]   the same scenarios on a kind cluster (Docker)
-//! cargo xtask image   the container image, with docker or podman
+//! cargo xtask e2e --containers         the namespace cluster, each agent a container of the image
+//! cargo xtask image   the container image, with docker or podman (--prebuilt, --base-from-debootstrap)
 //! ```
 //!
 //! xtask itself has no C dependencies, so it can install the Debian packages the rest of the
 //! workspace needs (libnftnl, libmnl, nftables, ...) before building it.
 
 mod deps;
+mod image;
 mod kind;
 mod run;
 
@@ -34,7 +36,7 @@ fn real_main() -> Result<()> {
         "demo" => demo(rest),
         "bench" => bench(rest),
         "e2e" => e2e(rest),
-        "image" => image(rest),
+        "image" => image::image(rest),
         "help" | "--help" | "-h" => {
             println!("usage: cargo xtask <test|demo|bench|e2e|image> [args]\n");
             println!("  test    install missing packages (as root), build, run every test and the e2e scenarios");
@@ -45,7 +47,11 @@ fn real_main() -> Result<()> {
             );
             println!("  e2e     the e2e scenarios on a namespace cluster [--only TEXT]");
             println!("          or on kind: --kind [--dry-run] [--engine docker|podman]");
+            println!("          or with the agents as containers of the image: --containers [--base-from-debootstrap]");
             println!("  image   build the image: [--engine docker|podman] [--tag verdict:dev] [--with-test-image]");
+            println!(
+                "          [--prebuilt] (from the host's binary) [--base-from-debootstrap [--mirror URL]] (no registry)"
+            );
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),
@@ -101,6 +107,9 @@ fn e2e(args: &[String]) -> Result<()> {
         }
         return kind::execute(&plan);
     }
+    if args.iter().any(|a| a == "--containers") {
+        return e2e_containers(args);
+    }
     let build = ["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"];
     let mut e2e_args = vec![
         "--verdict".to_string(),
@@ -123,15 +132,54 @@ fn e2e(args: &[String]) -> Result<()> {
     run::program(&runner, &e2e_args, &[])
 }
 
-/// `cargo xtask image`.
-fn image(args: &[String]) -> Result<()> {
-    let engine = engine(args);
-    let tag = flag(args, "--tag").unwrap_or("verdict:dev");
-    let root = run::workspace_root()?.display().to_string();
-    run::program_env(&engine, &["build", "--target", "runtime", "-t", tag, &root], &[])?;
-    if args.iter().any(|a| a == "--with-test-image") {
-        run::program_env(&engine, &["build", "--target", "e2e-echo", "-t", "verdict-echo:dev", &root], &[])?;
+/// `cargo xtask e2e --containers [--base-from-debootstrap] [--engine E] [--only TEXT]`: the
+/// namespace cluster with each agent a container of the image (built here from the host's
+/// binary), run as `deploy/overlays/kubeadm` renders it.
+fn e2e_containers(args: &[String]) -> Result<()> {
+    deps::ensure()?;
+    deps::require_root("the e2e cluster creates network namespaces and programs nftables")?;
+    let started = std::time::Instant::now();
+    let engine = image::Engine::pick(args);
+    if !engine.daemon_answers() {
+        bail!("`{} info` fails: no container engine is running (see docs/testing.md for dockerd)", engine.client);
     }
+    run::cargo(&["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"])?;
+    let tag = "verdict:e2e";
+    let mut image_args: Vec<String> = vec!["--prebuilt".into(), "--tag".into(), tag.into()];
+    image_args.extend(args.iter().filter(|a| *a == "--base-from-debootstrap").cloned());
+    image_args.extend(["--engine".into(), engine.client.clone()]);
+    image::image(&image_args)?;
+    let root = run::workspace_root()?;
+    let rendered = std::process::Command::new("kubectl")
+        .args(["kustomize", "deploy/overlays/kubeadm"])
+        .current_dir(&root)
+        .output()
+        .map_err(|e| anyhow::anyhow!("running kubectl kustomize: {e}"))?;
+    if !rendered.status.success() {
+        bail!("kubectl kustomize deploy/overlays/kubeadm failed: {}", String::from_utf8_lossy(&rendered.stderr));
+    }
+    let file = root.join("target/e2e-kubeadm.yaml");
+    std::fs::write(&file, &rendered.stdout)?;
+    engine.remove_labelled("verdict-e2e");
+    let mut e2e_args = vec![
+        "--verdict".to_string(),
+        run::release_bin("verdict")?,
+        "--echo".to_string(),
+        run::release_bin("verdict-echo")?,
+        "--containers".to_string(),
+        file.display().to_string(),
+        "--image".to_string(),
+        tag.to_string(),
+        "--engine".to_string(),
+        engine.client.clone(),
+    ];
+    if let Some(only) = flag(args, "--only") {
+        e2e_args.extend(["--only".to_string(), only.to_string()]);
+    }
+    let result = run::program(&run::release_dir()?.join("verdict-e2e"), &e2e_args, &[]);
+    engine.remove_labelled("verdict-e2e");
+    result?;
+    println!("xtask: e2e --containers passed in {:.0} s (image build included)", started.elapsed().as_secs_f64());
     Ok(())
 }
 

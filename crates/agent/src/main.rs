@@ -9,6 +9,7 @@ mod config;
 mod http;
 mod kube;
 mod platform;
+mod privileges;
 mod source;
 
 use clap::Parser;

@@ -29,6 +29,17 @@ impl Netns {
         Ok(ns)
     }
 
+    /// Names the network namespace of process `pid` (e.g. a container's) `vd-<tag>-<pid>-<n>`
+    /// with `ip netns attach`, its loopback up. Drop removes the name, not the namespace: that
+    /// lives as long as the process.
+    pub fn attach(tag: &str, pid: u32) -> Result<Netns> {
+        let name = format!("vd-{tag}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        run(&["ip", "netns", "attach", &name, &pid.to_string()])?;
+        let ns = Netns { name, children: Vec::new() };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
     /// The namespace's name.
     pub fn name(&self) -> &str {
         &self.name

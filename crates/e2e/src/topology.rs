@@ -97,6 +97,17 @@ fn node_v6(i: u8) -> Ipv6Addr {
 
 /// Builds a cluster: `pods[i]` names the pods of node i+1. `echo` is the echo server binary.
 pub fn build(tag: &str, pods: &[&[&str]], echo: &Path) -> Result<Cluster> {
+    build_with(tag, pods, echo, &|tag| Netns::new(tag))
+}
+
+/// [`build`], with each node's namespace made by `node_ns` (from a tag): e.g. a container's,
+/// named with [`Netns::attach`], so that containers can join it.
+pub fn build_with(
+    tag: &str,
+    pods: &[&[&str]],
+    echo: &Path,
+    node_ns: &dyn Fn(&str) -> Result<Netns>,
+) -> Result<Cluster> {
     let lan = namespace(&format!("{tag}-lan"))?;
     lan.ip(&["link", "add", "lan0", "type", "bridge", "stp_state", "0"])?;
     lan.ip(&["link", "set", "lan0", "up"])?;
@@ -109,7 +120,8 @@ pub fn build(tag: &str, pods: &[&[&str]], echo: &Path) -> Result<Cluster> {
     let mut nodes = Vec::new();
     for (i, pod_names) in pods.iter().enumerate() {
         let index = u8::try_from(i + 1).context("too many nodes")?;
-        nodes.push(build_node(tag, &lan, index, pods.len() as u8, pod_names, echo)?);
+        let ns = skip_dad(node_ns(&format!("{tag}-n{index}"))?)?;
+        nodes.push(build_node(tag, ns, &lan, index, pods.len() as u8, pod_names, echo)?);
     }
     let cluster = Cluster { nodes, external, lan };
     cluster.wait_for_echo()?;
@@ -119,7 +131,10 @@ pub fn build(tag: &str, pods: &[&[&str]], echo: &Path) -> Result<Cluster> {
 /// A namespace whose new links skip IPv6 duplicate address detection: link-local addresses
 /// are usable at once, so the first connection does not wait for neighbour discovery.
 fn namespace(tag: &str) -> Result<Netns> {
-    let ns = Netns::new(tag)?;
+    skip_dad(Netns::new(tag)?)
+}
+
+fn skip_dad(ns: Netns) -> Result<Netns> {
     ns.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
     ns.sysctl("net.ipv6.conf.default.accept_dad", "0")?;
     Ok(ns)
@@ -131,8 +146,7 @@ fn attach_to_lan(lan: &Netns, host: &Netns, port: &str) -> Result<()> {
     host.ip(&["link", "set", "eth0", "up"])
 }
 
-fn build_node(tag: &str, lan: &Netns, i: u8, count: u8, pod_names: &[&str], echo: &Path) -> Result<Node> {
-    let ns = namespace(&format!("{tag}-n{i}"))?;
+fn build_node(tag: &str, ns: Netns, lan: &Netns, i: u8, count: u8, pod_names: &[&str], echo: &Path) -> Result<Node> {
     ns.sysctl("net.ipv4.ip_forward", "1")?;
     ns.sysctl("net.ipv6.conf.all.forwarding", "1")?;
     // Pods on one bridge talk at L2; bridge netfilter makes those packets pass the nat hooks,

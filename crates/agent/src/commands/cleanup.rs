@@ -12,6 +12,7 @@ pub fn run(args: &CleanupArgs) -> Result<()> {
 
 /// Deletes verdict's table and kube-proxy's leftovers (as `kube-proxy --cleanup` does).
 pub fn remove(table: &str) -> Result<()> {
+    crate::privileges::ensure_net_admin()?;
     let mut nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
     if nl.delete_foreign_table(TableFamily::Inet, table).context("deleting the table")? {
         tracing::info!("deleted table inet {table}");

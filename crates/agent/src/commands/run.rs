@@ -34,13 +34,18 @@ fn install_metrics() -> Result<PrometheusHandle> {
 
 /// Runs the agent until SIGTERM/SIGINT (rules stay in place) or, with `--once`, one sync.
 pub fn run(mut cfg: RunConfig) -> Result<()> {
+    crate::privileges::ensure_net_admin()?;
     if cfg.cleanup {
         return super::cleanup::remove(&cfg.rules.table);
     }
     let prom = install_metrics()?;
     let health = Arc::new(ProxyHealth::new(cfg.sync_period * 2));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(serve_endpoints(&cfg, prom, health.clone()))?;
+    // A one-shot run serves nothing: its ports would be open for a moment, to nobody, and
+    // could collide with the daemon of the same node.
+    if !cfg.once {
+        rt.block_on(serve_endpoints(&cfg, prom, health.clone()))?;
+    }
 
     if cfg.cleanup_leftovers {
         super::cleanup::log_leftovers(&verdict_controller::leftovers::remove_leftovers());

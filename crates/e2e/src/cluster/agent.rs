@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,25 +18,33 @@ pub const HEALTHZ_PORT: u16 = 10256;
 pub(super) struct Agent {
     child: Option<Child>,
     log: PathBuf,
+    /// (engine, name) of the agent's container, removed on drop.
+    container: Option<(String, String)>,
 }
 
 impl Agent {
     pub fn start(ns: &Netns, node: &str, verdict: &Path, kubeconfig: &Path, log: &Path) -> Result<Agent> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns.name(), utf8(verdict)?, "run", "--kubeconfig", utf8(kubeconfig)?])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns.name(), utf8(verdict)?, "run", "--kubeconfig", utf8(kubeconfig)?])
             .args(["--hostname-override", node, "--cluster-cidr", crate::topology::CLUSTER_CIDR_V4])
             .args(["--metrics-bind-address", "127.0.0.1:10249"])
             .args(["--healthz-bind-address", &format!("0.0.0.0:{HEALTHZ_PORT}")])
             .args(["--min-sync-period", "100ms", "--sync-period", "5s"])
             .arg("--state-dir")
-            .arg(log.with_extension("state"))
+            .arg(log.with_extension("state"));
+        Agent::spawn(&mut cmd, log, None)
+    }
+
+    /// Starts `cmd` with its stderr appended to `log`.
+    pub fn spawn(cmd: &mut Command, log: &Path, container: Option<(String, String)>) -> Result<Agent> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
             .spawn()
-            .context("starting verdict run")?;
-        Ok(Agent { child: Some(child), log: log.to_path_buf() })
+            .with_context(|| format!("starting {cmd:?}"))?;
+        Ok(Agent { child: Some(child), log: log.to_path_buf(), container })
     }
 
     /// Waits until `/healthz` answers 200 (the agent has programmed its first sync).
@@ -91,16 +99,23 @@ impl Drop for Agent {
             let _ = child.kill();
             let _ = child.wait();
         }
+        if let Some((engine, name)) = &self.container {
+            let _ = Command::new(engine).args(["rm", "-f", name]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        }
     }
+}
+
+/// The status code of `GET path` on `addr`, from the current namespace.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The status code of `GET /healthz` on this namespace's loopback.
 fn healthz() -> Option<u16> {
-    let addr = format!("127.0.0.1:{HEALTHZ_PORT}").parse().ok()?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    write!(s, "GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    text.split_whitespace().nth(1)?.parse().ok()
+    http_get(SocketAddr::from(([127, 0, 0, 1], HEALTHZ_PORT)), "/healthz")
 }

@@ -9,6 +9,7 @@
 //! ```
 
 mod agent;
+pub mod container;
 pub mod objects;
 pub mod prober;
 pub mod scenarios;
@@ -17,7 +18,9 @@ use crate::netns::Netns;
 use crate::topology::{self, Cluster};
 use agent::Agent;
 use anyhow::{Context, Result, bail};
+use container::{Containers, Pause};
 use objects::{Ep, State, Svc};
+use std::cell::RefCell;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -45,15 +48,51 @@ pub struct NsCluster {
     api: Netns,
     /// The namespaces: nodes, pods, the external host.
     pub topo: Cluster,
+    /// With agents in containers: the pause containers holding the nodes' namespaces.
+    pauses: Vec<Pause>,
+    containers: Option<Containers>,
     bins: Binaries,
     workdir: PathBuf,
+}
+
+/// A kubeadm cluster's `kube-proxy` ConfigMap for the test API server at `api` (a kubeconfig
+/// file's text): `config.conf` names `kubeconfig.conf` beside it, as kubeadm's does.
+fn kubeadm_config_map(kubeconfig: String) -> Vec<(&'static str, String)> {
+    let config = format!(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
+         clusterCIDR: {}\nbindAddress: 0.0.0.0\nmetricsBindAddress: 127.0.0.1:10249\n\
+         healthzBindAddress: 0.0.0.0:{}\nclientConnection:\n  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf\n\
+         nftables:\n  minSyncPeriod: 100ms\n  syncPeriod: 5s\n",
+        crate::topology::CLUSTER_CIDR_V4,
+        agent::HEALTHZ_PORT
+    );
+    vec![("config.conf", config), ("kubeconfig.conf", kubeconfig)]
 }
 
 impl NsCluster {
     /// Builds the namespaces, starts the API server and one agent per node, and waits until
     /// every agent is healthy.
     pub fn start(tag: &str, bins: &Binaries) -> Result<NsCluster> {
-        let topo = topology::build(tag, &[&["a1", "a2", "c1"], &["b1", "b2", "c2"]], &bins.echo)?;
+        Self::start_with(tag, bins, None)
+    }
+
+    /// [`NsCluster::start`], with each agent a container when `containers` is given.
+    pub fn start_with(tag: &str, bins: &Binaries, containers: Option<Containers>) -> Result<NsCluster> {
+        let pods: &[&[&str]] = &[&["a1", "a2", "c1"], &["b1", "b2", "c2"]];
+        let pauses = RefCell::new(Vec::new());
+        let topo = match &containers {
+            None => topology::build(tag, pods, &bins.echo)?,
+            Some(c) => topology::build_with(tag, pods, &bins.echo, &|ns_tag| {
+                let pause = c.pause(&format!("vd-{ns_tag}-{}-pause", std::process::id()))?;
+                let pid = pause.pid()?;
+                pauses.borrow_mut().push(pause);
+                let ns = Netns::attach(ns_tag, pid)?;
+                // Docker turns IPv6 off in the namespaces it makes for networks without it.
+                ns.sysctl("net.ipv6.conf.all.disable_ipv6", "0")?;
+                ns.sysctl("net.ipv6.conf.default.disable_ipv6", "0")?;
+                Ok(ns)
+            })?,
+        };
         let api = topo.add_host(tag, "api", API_ADDRESS)?;
         let rt = api.run(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build())?;
         let listen = SocketAddr::new(API_ADDRESS.into(), 0);
@@ -65,7 +104,17 @@ impl NsCluster {
             let pod_cidr = format!("10.244.{}.0/24", node.index);
             server.apply(objects::node(&node.name, &node.ipv4.to_string(), &pod_cidr));
         }
-        let mut cluster = NsCluster { agents: Vec::new(), rt, server, api, topo, bins: bins.clone(), workdir };
+        if let Some(c) = &containers {
+            let config_map = kubeadm_config_map(std::fs::read_to_string(workdir.join("kubeconfig"))?);
+            for (node, pause) in topo.nodes.iter().zip(pauses.borrow().iter()) {
+                let volumes = container::volumes_dir(&workdir, &node.name);
+                c.make_volumes(&volumes, &config_map)?;
+                c.run_init(&node.name, &pause.name, &pause.name, &volumes)?;
+            }
+        }
+        let pauses = pauses.into_inner();
+        let mut cluster =
+            NsCluster { agents: Vec::new(), rt, server, api, topo, pauses, containers, bins: bins.clone(), workdir };
         for i in 0..cluster.topo.nodes.len() {
             cluster.start_agent(i)?;
         }
@@ -76,13 +125,57 @@ impl NsCluster {
     pub fn start_agent(&mut self, i: usize) -> Result<()> {
         let node = &self.topo.nodes[i];
         let log = self.workdir.join(format!("{}.log", node.name));
-        let mut agent = Agent::start(&node.ns, &node.name, &self.bins.verdict, &self.workdir.join("kubeconfig"), &log)?;
+        let mut agent = match &self.containers {
+            None => Agent::start(&node.ns, &node.name, &self.bins.verdict, &self.workdir.join("kubeconfig"), &log)?,
+            Some(c) => {
+                let pause = &self.pauses[i].name;
+                let volumes = container::volumes_dir(&self.workdir, &node.name);
+                c.start_agent(&node.name, &format!("{pause}-agent"), pause, &volumes, &log)?
+            }
+        };
         agent.wait_healthy(&node.ns, Duration::from_secs(30))?;
         match self.agents.get_mut(i) {
             Some(slot) => *slot = agent,
             None => self.agents.push(agent),
         }
         Ok(())
+    }
+
+    /// With agents in containers: the status code of each HTTP probe of the agent container
+    /// (`(probe, path, port, code)`), asked from node `i`'s namespace at the node's address,
+    /// as the kubelet asks a host-network pod.
+    pub fn probes(&self, i: usize) -> Vec<(&'static str, String, u16, Option<u16>)> {
+        let Some(c) = &self.containers else { return Vec::new() };
+        let node = &self.topo.nodes[i];
+        let agent = c.agent();
+        let probes = [("readiness", agent.readiness_probe.as_ref()), ("liveness", agent.liveness_probe.as_ref())];
+        probes
+            .into_iter()
+            .filter_map(|(what, p)| container::http_probe(p).map(|(path, port)| (what, path, port)))
+            .map(|(what, path, port)| {
+                let addr = SocketAddr::new(node.ipv4.into(), port);
+                let code = node.ns.run(|| agent::http_get(addr, &path));
+                (what, path, port, code)
+            })
+            .collect()
+    }
+
+    /// With agents in containers: runs node `i`'s agent container once more with `tweak`
+    /// applied to its spec, until it exits (for runs that must fail; stop the agent first).
+    pub fn run_agent_tweaked(
+        &self,
+        i: usize,
+        tweak: impl Fn(&mut k8s_openapi::api::core::v1::Container),
+    ) -> Result<std::process::Output> {
+        let c = self.containers.as_ref().context("the agents are not containers")?;
+        let (node, pause) = (&self.topo.nodes[i].name, &self.pauses[i].name);
+        c.run_agent_tweaked(
+            node,
+            &format!("{pause}-tweaked"),
+            pause,
+            &container::volumes_dir(&self.workdir, node),
+            tweak,
+        )
     }
 
     /// Stops node `i`'s agent with SIGTERM (rules stay in place) and waits for it to exit.
