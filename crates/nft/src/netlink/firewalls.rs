@@ -36,44 +36,9 @@ const NFTA_VERDICT_CODE: u16 = 1;
 /// NF_DROP, as a chain policy and as a verdict code.
 const NF_DROP: u32 = 0;
 
-/// The netfilter hooks Service traffic passes (ip, ip6 and inet families).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Hook {
-    /// Before routing: every packet that arrives.
-    Prerouting,
-    /// Delivered locally: Service traffic to host-network endpoints and NodePorts they serve.
-    Input,
-    /// Routed through: Service traffic to pods (DNATed on arrival).
-    Forward,
-    /// Sent by the node: its own processes and host-network pods reaching Services.
-    Output,
-    /// Leaving: everything, after masquerading decisions.
-    Postrouting,
-}
-
-impl Hook {
-    fn from_number(n: u32) -> Option<Hook> {
-        Some(match n {
-            0 => Hook::Prerouting,
-            1 => Hook::Input,
-            2 => Hook::Forward,
-            3 => Hook::Output,
-            4 => Hook::Postrouting,
-            _ => return None,
-        })
-    }
-
-    /// nft's name for the hook.
-    pub fn name(self) -> &'static str {
-        match self {
-            Hook::Prerouting => "prerouting",
-            Hook::Input => "input",
-            Hook::Forward => "forward",
-            Hook::Output => "output",
-            Hook::Postrouting => "postrouting",
-        }
-    }
-}
+/// The netfilter hooks Service traffic passes (ip, ip6 and inet families): forward to pods,
+/// input to host-network endpoints, output from the node, and the routing hooks around them.
+pub use crate::ruleset::Hook;
 
 /// How a base chain drops what nothing before it accepted.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
