@@ -114,7 +114,8 @@ impl ModelCache {
         }
     }
 
-    /// Adds or replaces a ServiceCIDR object (unparsable CIDRs in it are skipped with a problem).
+    /// Adds or replaces a ServiceCIDR object. Unparsable CIDRs in it are skipped without a
+    /// problem: the model has no ServiceCIDR object kind to name in one (a known gap).
     pub fn upsert_service_cidr(&mut self, object: source::ServiceCidr) {
         let cidrs: Vec<crate::Cidr> = object.cidrs.iter().filter_map(|c| crate::Cidr::parse_tolerant(c)).collect();
         if self.service_cidr_objects.get(&object.name) != Some(&cidrs) {
