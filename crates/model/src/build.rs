@@ -4,8 +4,11 @@ use crate::claims::ClaimIndex;
 use crate::endpoints::{SelectionInput, select};
 use crate::net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
+use crate::slices::{Address, EndpointView, SliceView};
 use crate::source;
-use crate::types::{Endpoint, EndpointTarget, NodeFacts, ProxyConfig, ProxyModel, ServicePort, ServicePortName};
+use crate::types::{
+    Endpoint, EndpointTarget, NodeFacts, ProxyConfig, ProxyModel, ServicePort, ServicePortName, TopologyHints,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -183,11 +186,11 @@ fn parse_addresses(
 }
 
 /// Builds the ports of one Service; problems are recorded and the bad parts dropped.
-pub(crate) fn build_service(
+pub(crate) fn build_service<S: SliceView>(
     node: &NodeFacts,
     families: &[IpFamily],
     svc: &source::Service,
-    slices: &[&source::EndpointSlice],
+    slices: &[S],
     problems: &mut Vec<Problem>,
 ) -> Vec<ServicePort> {
     let mut r = Reporter { object: ObjectRef::new(ObjectKind::Service, &svc.namespace, &svc.name), problems };
@@ -365,20 +368,20 @@ pub(crate) fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
 }
 
 /// The endpoints of one Service port from its EndpointSlices.
-fn collect_endpoints(
+fn collect_endpoints<S: SliceView>(
     node: &NodeFacts,
     families: &[IpFamily],
     name: &ServicePortName,
-    slices: &[&source::EndpointSlice],
+    slices: &[S],
     problems: &mut Vec<Problem>,
 ) -> Vec<Endpoint> {
     let mut endpoints: Vec<Endpoint> = Vec::new();
     for slice in slices {
         let mut r = Reporter {
-            object: ObjectRef::new(ObjectKind::EndpointSlice, &slice.namespace, &slice.name),
+            object: ObjectRef::new(ObjectKind::EndpointSlice, slice.namespace(), slice.name()),
             problems: &mut *problems,
         };
-        let family = match slice.address_type.as_str() {
+        let family = match slice.address_type() {
             "IPv4" => IpFamily::V4,
             "IPv6" => IpFamily::V6,
             "FQDN" => continue,
@@ -394,7 +397,7 @@ fn collect_endpoints(
             );
             continue;
         }
-        for slice_port in &slice.ports {
+        for slice_port in slice.ports() {
             let protocol = Protocol::parse_k8s(&slice_port.protocol);
             if slice_port.name != name.port || protocol != Some(name.protocol) {
                 continue;
@@ -406,34 +409,42 @@ fn collect_endpoints(
                 );
                 continue;
             };
-            for ep in &slice.endpoints {
-                let Some(raw) = ep.addresses.first() else {
-                    r.report("InvalidEndpointAddress", "an endpoint has no address".to_string());
-                    continue;
+            for ep in slice.endpoints() {
+                let (parsed, raw) = match ep.address() {
+                    Some(Address::Ip(ip)) => (Some(ip), None),
+                    Some(Address::Text(raw)) => (parse_ip_tolerant(raw), Some(raw)),
+                    None => {
+                        r.report("InvalidEndpointAddress", "an endpoint has no address".to_string());
+                        continue;
+                    }
                 };
-                let addr = match parse_ip_tolerant(raw) {
+                // A parsed address came from its canonical spelling, which is what it prints.
+                let raw = || raw.map_or_else(|| parsed.map(|ip| ip.to_string()).unwrap_or_default(), str::to_string);
+                let addr = match parsed {
                     Some(addr) if IpFamily::of(&addr) == family => addr,
                     Some(_) => {
                         r.report(
                             "InvalidEndpointAddress",
-                            format!("address {raw:?} is not {family} as the slice's addressType says"),
+                            format!("address {:?} is not {family} as the slice's addressType says", raw()),
                         );
                         continue;
                     }
                     None => {
-                        r.report("InvalidEndpointAddress", format!("address {raw:?} is not an IP address"));
+                        r.report("InvalidEndpointAddress", format!("address {:?} is not an IP address", raw()));
                         continue;
                     }
                 };
-                let ready = ep.ready.unwrap_or(true);
+                let ready = ep.ready().unwrap_or(true);
                 endpoints.push(Endpoint {
                     target: EndpointTarget { addr, port },
                     ready,
-                    serving: ep.serving.unwrap_or(ready),
-                    terminating: ep.terminating.unwrap_or(false),
-                    is_local: ep.node_name.as_deref() == Some(node.name.as_str()),
-                    zone_hints: ep.zone_hints.clone().unwrap_or_default(),
-                    node_hints: ep.node_hints.clone().unwrap_or_default(),
+                    serving: ep.serving().unwrap_or(ready),
+                    terminating: ep.terminating().unwrap_or(false),
+                    is_local: ep.node_name() == Some(node.name.as_str()),
+                    hints: TopologyHints::boxed(
+                        ep.zone_hints().map(<[String]>::to_vec).unwrap_or_default(),
+                        ep.node_hints().map(<[String]>::to_vec).unwrap_or_default(),
+                    ),
                 });
             }
         }

@@ -5,6 +5,7 @@
 use crate::build::{build_service, node_facts, select_endpoints};
 use crate::claims::ClaimIndex;
 use crate::problem::Problem;
+use crate::slices::{Interner, StoredSlice, StoredSliceRef};
 use crate::source;
 use crate::types::{ProxyConfig, ProxyModel, ServicePort, ServicePortName};
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,8 +42,11 @@ pub struct ModelCache {
     model: ProxyModel,
     node_problems: Vec<Problem>,
     services: BTreeMap<Key, source::Service>,
-    slices: BTreeMap<Key, source::EndpointSlice>,
-    slices_of: BTreeMap<Key, BTreeSet<String>>,
+    /// Compact copies (see [`StoredSlice`]).
+    slices: BTreeMap<Key, StoredSlice>,
+    /// The names of each Service's slices, sorted (a one-element `BTreeSet` took 300 bytes).
+    slices_of: BTreeMap<Key, Vec<Box<str>>>,
+    node_names: Interner,
     /// Each built port's claims as built, before conflicts took any away: what ownership is
     /// settled from. The endpoints are not kept here (the full port lives once, in the model):
     /// a second copy of every port's endpoints and their selection cost 7% of the agent's
@@ -104,6 +108,7 @@ impl ModelCache {
             services: BTreeMap::new(),
             slices: BTreeMap::new(),
             slices_of: BTreeMap::new(),
+            node_names: Interner::default(),
             raw: BTreeMap::new(),
             problems: BTreeMap::new(),
             claim_problems: BTreeMap::new(),
@@ -173,23 +178,27 @@ impl ModelCache {
 
     /// Adds or replaces an EndpointSlice.
     pub fn upsert_slice(&mut self, slice: source::EndpointSlice) {
-        let k = key(&slice.namespace, &slice.name);
-        if self.slices.get(&k) == Some(&slice) {
+        let stored = StoredSlice::new(&slice, &mut self.node_names);
+        let k = (slice.namespace, slice.name);
+        if self.slices.get(&k) == Some(&stored) {
             return;
         }
-        self.remove_slice(&slice.namespace, &slice.name);
-        let owner = key(&slice.namespace, &slice.service_name);
-        self.slices_of.entry(owner.clone()).or_default().insert(slice.name.clone());
+        self.remove_slice(&k.0, &k.1);
+        let owner = key(&k.0, &stored.service_name);
+        let names = self.slices_of.entry(owner.clone()).or_default();
+        if let Err(at) = names.binary_search_by(|n| (**n).cmp(k.1.as_str())) {
+            names.insert(at, k.1.as_str().into());
+        }
         self.dirty.insert(owner);
-        self.slices.insert(k, slice);
+        self.slices.insert(k, stored);
     }
 
     /// Removes an EndpointSlice.
     pub fn remove_slice(&mut self, namespace: &str, name: &str) {
         if let Some(old) = self.slices.remove(&key(namespace, name)) {
-            let owner = key(&old.namespace, &old.service_name);
+            let owner = key(namespace, &old.service_name);
             if let Some(names) = self.slices_of.get_mut(&owner) {
-                names.remove(&old.name);
+                names.retain(|n| **n != *name);
                 if names.is_empty() {
                     self.slices_of.remove(&owner);
                 }
@@ -242,10 +251,15 @@ impl ModelCache {
             }
             self.problems.remove(&k);
             let Some(svc) = self.services.get(&k) else { continue };
-            let slices: Vec<&source::EndpointSlice> = self
+            let slices: Vec<StoredSliceRef<'_>> = self
                 .slices_of
                 .get(&k)
-                .map(|names| names.iter().filter_map(|n| self.slices.get(&key(&k.0, n))).collect())
+                .map(|names| {
+                    names
+                        .iter()
+                        .filter_map(|n| self.slices.get(&key(&k.0, n)).map(|s| s.view(&k.0, n)))
+                        .collect()
+                })
                 .unwrap_or_default();
             let mut problems = Vec::new();
             let ports = build_service(&self.model.node, &families, svc, &slices, &mut problems);

@@ -61,14 +61,14 @@ fn topology_from_hints(endpoints: &[&Endpoint], input: &SelectionInput<'_>) -> T
     if ready.is_empty() {
         return Topology::All;
     }
-    let all_node_hints = ready.iter().all(|ep| !ep.node_hints.is_empty());
-    if all_node_hints && ready.iter().any(|ep| ep.node_hints.iter().any(|n| n == input.node_name)) {
+    let all_node_hints = ready.iter().all(|ep| !ep.node_hints().is_empty());
+    if all_node_hints && ready.iter().any(|ep| ep.node_hints().iter().any(|n| n == input.node_name)) {
         return Topology::SameNode;
     }
-    let all_zone_hints = ready.iter().all(|ep| !ep.zone_hints.is_empty());
+    let all_zone_hints = ready.iter().all(|ep| !ep.zone_hints().is_empty());
     if let Some(zone) = input.node_zone
         && all_zone_hints
-        && ready.iter().any(|ep| ep.zone_hints.iter().any(|z| z == zone))
+        && ready.iter().any(|ep| ep.zone_hints().iter().any(|z| z == zone))
     {
         return Topology::SameZone;
     }
@@ -78,14 +78,15 @@ fn topology_from_hints(endpoints: &[&Endpoint], input: &SelectionInput<'_>) -> T
 fn available(ep: &Endpoint, topology: &Topology, input: &SelectionInput<'_>) -> bool {
     match topology {
         Topology::All => true,
-        Topology::SameNode => ep.node_hints.iter().any(|n| n == input.node_name),
-        Topology::SameZone => ep.zone_hints.iter().any(|z| Some(z.as_str()) == input.node_zone),
+        Topology::SameNode => ep.node_hints().iter().any(|n| n == input.node_name),
+        Topology::SameZone => ep.zone_hints().iter().any(|z| Some(z.as_str()) == input.node_zone),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::TopologyHints;
     use std::net::IpAddr;
 
     fn ep(addr: &str, ready: bool, serving: bool, terminating: bool, local: bool) -> Endpoint {
@@ -95,8 +96,7 @@ mod tests {
             serving,
             terminating,
             is_local: local,
-            zone_hints: vec![],
-            node_hints: vec![],
+            hints: None,
         }
     }
 
@@ -177,8 +177,8 @@ mod tests {
     fn zone_hints_apply_only_when_complete_and_matching() {
         let mut a = ep("10.0.1.1", true, true, false, false);
         let mut b = ep("10.0.1.2", true, true, false, false);
-        a.zone_hints = vec!["zone-a".into()];
-        b.zone_hints = vec!["zone-b".into()];
+        a.hints = TopologyHints::boxed(vec!["zone-a".into()], vec![]);
+        b.hints = TopologyHints::boxed(vec!["zone-b".into()], vec![]);
         let s = select(&[&a, &b], &input(false, false, false));
         assert_eq!(addrs(&s.cluster), ["10.0.1.1"]);
 
@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(s.cluster.len(), 3);
 
         // Hints for other zones only: fall back to all.
-        a.zone_hints = vec!["zone-c".into()];
+        a.hints = TopologyHints::boxed(vec!["zone-c".into()], vec![]);
         let s = select(&[&a, &b], &input(false, false, false));
         assert_eq!(s.cluster.len(), 2);
     }
@@ -197,10 +197,8 @@ mod tests {
     fn node_hints_take_precedence() {
         let mut a = ep("10.0.1.1", true, true, false, true);
         let mut b = ep("10.0.1.2", true, true, false, false);
-        a.node_hints = vec!["test-node".into()];
-        b.node_hints = vec!["other-node".into()];
-        a.zone_hints = vec!["zone-a".into()];
-        b.zone_hints = vec!["zone-a".into()];
+        a.hints = TopologyHints::boxed(vec!["zone-a".into()], vec!["test-node".into()]);
+        b.hints = TopologyHints::boxed(vec!["zone-a".into()], vec!["other-node".into()]);
         let s = select(&[&a, &b], &input(false, false, false));
         assert_eq!(addrs(&s.cluster), ["10.0.1.1"]);
     }

@@ -14,6 +14,7 @@ mod claims;
 mod endpoints;
 mod net;
 mod problem;
+mod slices;
 pub mod source;
 mod types;
 
@@ -25,5 +26,5 @@ pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use types::{
     DetectLocal, Endpoint, EndpointSelection, EndpointTarget, NodeFacts, NodePortAddresses, PodMatch, ProxyConfig,
-    ProxyModel, ServicePort, ServicePortName,
+    ProxyModel, ServicePort, ServicePortName, TopologyHints,
 };

@@ -53,15 +53,33 @@ fn slice(rng: &mut Rng, svc: usize, idx: usize) -> EndpointSlice {
             .collect(),
         endpoints: (0..rng.next(4))
             .map(|_| Endpoint {
-                addresses: vec![format!("10.0.{}.{}", rng.next(2), rng.next(6))],
+                addresses: address(rng),
                 ready: Some(rng.next(4) != 0),
                 serving: Some(rng.next(3) != 0),
                 terminating: Some(rng.next(3) == 0),
                 node_name: Some(["node1", "node2"][rng.next(2)].into()),
+                zone_hints: (rng.next(5) == 0).then(|| vec!["zone-a".to_string()]),
+                node_hints: (rng.next(5) == 0).then(|| vec![["node1", "node2"][rng.next(2)].to_string()]),
                 ..Endpoint::default()
             })
             .collect(),
         trigger_time: None,
+    }
+}
+
+/// Mostly canonical addresses; sometimes spellings the cache keeps as text (leading zeros,
+/// spaces, upper-case IPv6), a wrong family, garbage, a second address, or none.
+fn address(rng: &mut Rng) -> Vec<String> {
+    let canonical = format!("10.0.{}.{}", rng.next(2), rng.next(6));
+    match rng.next(12) {
+        0 => vec![format!("10.0.0{}.{}", rng.next(2), rng.next(6))],
+        1 => vec![format!(" {canonical}")],
+        2 => vec!["FD00::1".into()],
+        3 => vec!["fd00::1".into()],
+        4 => vec!["not-an-ip".into()],
+        5 => vec![],
+        6 => vec![canonical, "10.0.9.9".into()],
+        _ => vec![canonical],
     }
 }
 

@@ -87,8 +87,7 @@ mod tests {
             serving,
             terminating,
             is_local,
-            zone_hints: Vec::new(),
-            node_hints: Vec::new(),
+            hints: None,
         }
     }
 
