@@ -54,14 +54,14 @@ fn deleted_udp_target(port: &ServicePort) -> UdpTarget {
 /// the UDP ports this sync deleted, with no serving endpoint.
 pub fn targets(model: &ProxyModel, full: bool, changes: &[PortChange]) -> Vec<UdpTarget> {
     let udp = |p: &&ServicePort| p.protocol() == Protocol::Udp;
-    let deleted = changes.iter().filter(|c| c.new.is_none()).filter_map(|c| c.old.as_ref().filter(udp));
+    let deleted = changes.iter().filter(|c| c.new.is_none()).filter_map(|c| c.old.as_deref().filter(udp));
     let mut targets: Vec<UdpTarget> = deleted.map(deleted_udp_target).collect();
     if full {
-        targets.extend(model.services.values().filter(udp).map(udp_target));
+        targets.extend(model.services.values().map(|p| &**p).filter(udp).map(udp_target));
         return targets;
     }
     targets.extend(changes.iter().filter_map(|c| {
-        let new = c.new.as_ref().filter(udp)?;
+        let new = c.new.as_deref().filter(udp)?;
         let changed = c.old.as_ref().is_none_or(|old| old.endpoints != new.endpoints);
         changed.then(|| udp_target(new))
     }));

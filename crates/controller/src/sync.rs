@@ -460,7 +460,7 @@ impl SyncLoop {
         } else {
             let table = self.table.as_mut().expect("partial syncs have a table");
             for c in &rebuilt.changes {
-                table.update(c.old.as_ref(), c.new.as_ref());
+                table.update(c.old.as_deref(), c.new.as_deref());
             }
             let mut tx = table.plan();
             let deferred = self.stale_chains.split(&mut tx);

@@ -88,7 +88,7 @@ fn random_changes_keep_the_kernel_equal_to_a_full_render() {
         let names: std::collections::BTreeSet<&ServicePortName> =
             model.services.keys().chain(new_model.services.keys()).collect();
         for name in names {
-            let (old, new) = (model.services.get(name), new_model.services.get(name));
+            let (old, new) = (model.services.get(name).map(|p| &**p), new_model.services.get(name).map(|p| &**p));
             if old != new {
                 table.update(old, new);
             }
@@ -167,7 +167,7 @@ fn a_change_costs_the_same_with_10_or_10000_services() {
         let new_model = build(&services, &slices);
         let name = new_model.services.keys().find(|k| k.name == format!("svc-{}", n / 2)).unwrap().clone();
         let started = std::time::Instant::now();
-        table.update(model.services.get(&name), new_model.services.get(&name));
+        table.update(model.services.get(&name).map(|p| &**p), new_model.services.get(&name).map(|p| &**p));
         let tx = table.plan();
         let took = started.elapsed();
         costs.push((tx.object_count(), took));

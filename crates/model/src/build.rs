@@ -11,6 +11,7 @@ use crate::types::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// The label that hands a Service to another proxy; kube-proxy (and verdict) skip such Services.
 pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
@@ -83,7 +84,7 @@ pub fn build_model(
             select_endpoints(&model.node, &mut settled);
             problems.append(&mut lost);
         }
-        model.services.insert(settled.name.clone(), settled);
+        model.services.insert(settled.name.clone(), Arc::new(settled));
     }
     problems.sort();
     problems.dedup();

@@ -10,6 +10,7 @@ use crate::source;
 use crate::types::{ProxyConfig, ProxyModel, ServicePort, ServicePortName};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 type Key = (String, String);
 
@@ -19,9 +20,9 @@ pub struct PortChange {
     /// The port.
     pub name: ServicePortName,
     /// Before.
-    pub old: Option<ServicePort>,
-    /// After.
-    pub new: Option<ServicePort>,
+    pub old: Option<Arc<ServicePort>>,
+    /// After (the model's own).
+    pub new: Option<Arc<ServicePort>>,
 }
 
 /// What [`ModelCache::rebuild`] found.
@@ -255,10 +256,7 @@ impl ModelCache {
                 .slices_of
                 .get(&k)
                 .map(|names| {
-                    names
-                        .iter()
-                        .filter_map(|n| self.slices.get(&key(&k.0, n)).map(|s| s.view(&k.0, n)))
-                        .collect()
+                    names.iter().filter_map(|n| self.slices.get(&key(&k.0, n)).map(|s| s.view(&k.0, n))).collect()
                 })
                 .unwrap_or_default();
             let mut problems = Vec::new();
@@ -298,7 +296,7 @@ impl ModelCache {
                 } else {
                     self.claim_problems.insert(name.clone(), problems);
                 }
-                Some(port)
+                Some(Arc::new(port))
             });
             if new.is_none() {
                 self.claim_problems.remove(&name);

@@ -4,6 +4,7 @@ use crate::net::{Cidr, IpFamily, Protocol};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// Everything the nftables side needs to program one node.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -12,8 +13,10 @@ pub struct ProxyModel {
     pub node: NodeFacts,
     /// Configuration that shapes the rules.
     pub config: ProxyConfig,
-    /// One entry per (namespace, Service, port name, protocol).
-    pub services: BTreeMap<ServicePortName, ServicePort>,
+    /// One entry per (namespace, Service, port name, protocol). Shared with the changes a
+    /// rebuild reports ([`crate::PortChange`]), which at a cold start are every port: a copy
+    /// of each was a fifth of the agent's peak.
+    pub services: BTreeMap<ServicePortName, Arc<ServicePort>>,
     /// The networks ClusterIPs are allocated from (`--service-cluster-ip-range` and
     /// networking.k8s.io/v1 ServiceCIDR objects): traffic to an unallocated address in them is
     /// dropped.

@@ -102,7 +102,7 @@ fn incremental_model_equals_batch_model() {
     let mut slices: BTreeMap<String, EndpointSlice> = BTreeMap::new();
     let mut the_node = Some(node(&mut rng));
     cache.set_node(the_node.clone());
-    let mut mirror: BTreeMap<ServicePortName, ServicePort> = BTreeMap::new();
+    let mut mirror: BTreeMap<ServicePortName, std::sync::Arc<ServicePort>> = BTreeMap::new();
     let mut conflicts_seen = 0;
 
     for round in 0..400 {

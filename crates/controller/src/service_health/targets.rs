@@ -94,7 +94,7 @@ mod tests {
     fn model(ports: Vec<ServicePort>) -> ProxyModel {
         let mut m = ProxyModel::default();
         for p in ports {
-            m.services.insert(p.name.clone(), p);
+            m.services.insert(p.name.clone(), std::sync::Arc::new(p));
         }
         m
     }

@@ -197,7 +197,7 @@ fn change(n: usize, a: &Args, workdir: &std::path::Path) -> Result<Change> {
         let t = Instant::now();
         cache.upsert_slice(synth::slice(i, a.endpoints, pool, 1 + k));
         for c in cache.rebuild().changes {
-            table.update(c.old.as_ref(), c.new.as_ref());
+            table.update(c.old.as_deref(), c.new.as_deref());
         }
         let tx = table.plan();
         user.push(ms(t.elapsed()));
