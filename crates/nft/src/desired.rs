@@ -227,12 +227,10 @@ impl DesiredTable {
     }
 
     fn add_element(&mut self, set: &str, key: Blob, elem: Elem) {
-        if is_shared(set) {
-            let n = self.shared.entry(set.to_string()).or_default().entry(key).or_default();
-            *n += 1;
-            if *n > 1 {
-                return;
-            }
+        if is_shared(set) && self.current(set, &key).is_some() {
+            // Wanted once already (no count is kept for one).
+            *self.shared.entry(set.to_string()).or_default().entry(key).or_insert(1) += 1;
+            return;
         }
         self.set_element(set, key, elem);
     }
@@ -251,13 +249,15 @@ impl DesiredTable {
 
     fn remove_element(&mut self, set: &str, key: Blob) {
         if is_shared(set) {
-            let per_set = self.shared.entry(set.to_string()).or_default();
-            let n = per_set.entry(key).or_default();
-            *n = n.saturating_sub(1);
-            if *n > 0 {
-                return;
+            if let Some(per_set) = self.shared.get_mut(set) {
+                if let Some(n) = per_set.get_mut(&key) {
+                    *n -= 1;
+                    if *n <= 1 {
+                        per_set.remove(&key);
+                    }
+                    return;
+                }
             }
-            per_set.remove(&key);
         }
         self.touch_element(set, key);
         if let Some(s) = self.ruleset.sets.get_mut(set) {

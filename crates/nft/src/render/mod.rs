@@ -46,7 +46,9 @@ pub fn capacity(count: usize) -> u32 {
     u32::try_from(want.next_power_of_two()).unwrap_or(u32::MAX)
 }
 
-/// Reference counts of shared elements, by set and key.
+/// Reference counts of shared elements above one, by set and key: an element of a shared set
+/// without a count is wanted by exactly one Service port, as nearly all are (a count for every
+/// hairpin pair cost 540 bytes per Service of 10 endpoints).
 pub(crate) type SharedCounts = std::collections::HashMap<String, std::collections::HashMap<Blob, u32>>;
 
 /// Renders the whole table for a model.
@@ -85,7 +87,11 @@ fn render_with(model: &ProxyModel, opts: &RenderOptions, count: bool) -> (Rulese
             service::render(model, port, family, &mut b);
         }
     }
-    let counts = std::mem::take(&mut b.counts);
+    let mut counts = std::mem::take(&mut b.counts);
+    for per_set in counts.shared.values_mut() {
+        per_set.retain(|_, n| *n > 1);
+        per_set.shrink_to_fit();
+    }
     (b.finish(), counts)
 }
 
