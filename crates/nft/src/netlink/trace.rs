@@ -53,6 +53,9 @@ impl TraceListener {
                 Err(e) => TraceRead::Malformed(e),
             }),
             Ok(None) => Ok(TraceRead::Events(Vec::new())),
+            // A signal: a receive with a timeout is never restarted (signal(7)). The caller
+            // looks at why it was signalled.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(TraceRead::Events(Vec::new())),
             Err(e) if e.raw_os_error() == Some(ENOBUFS) => Ok(TraceRead::Overflow),
             Err(e) => Err(NetlinkError::Io(e)),
         }
