@@ -101,7 +101,8 @@ pub fn describe(conn: &Connection, table: &str, live: &Observed) -> String {
     let ours = |ev: &TraceEvent| ev.family == FAMILY_INET && ev.table == table;
     let mut dnat: Option<(String, Option<String>)> = None;
     let mut end: Option<String> = None;
-    let width = conn.events.iter().filter(|e| ours(e)).map(|e| e.chain.len()).max().unwrap_or(0);
+    let width =
+        conn.events.iter().filter(|e| ours(e) && !is_trace_chain(&e.chain)).map(|e| e.chain.len()).max().unwrap_or(0);
     // The kernel copies the headers into the first event of each hook only: the packet as
     // it is at an event is the one last reported.
     let mut packet = conn.tuple;
@@ -170,7 +171,7 @@ pub fn describe(conn: &Connection, table: &str, live: &Observed) -> String {
             // No handle: the end of the chain's rules was reached. A base chain's policy
             // event follows; a regular chain returns to the rule that jumped to it.
             (EventKind::Rule, None, _) => {
-                if !live.ruleset.chains.get(&ev.chain).is_some_and(|c| c.base.is_some()) {
+                if live.ruleset.chains.get(&ev.chain).is_none_or(|c| c.base.is_none()) {
                     let _ = writeln!(out, "  {chain}  end of chain: return");
                 }
             }
@@ -336,4 +337,152 @@ fn endpoint_entry(
 /// The `--dst` of a trace as text (for messages).
 pub fn destination(dst: std::net::IpAddr, port: u16, proto: u8) -> String {
     format!("{}/{}", sockaddr(dst, port), proto_name(proto))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rule::Rule;
+    use crate::ruleset::{Blob, Chain, DataSpec, Datatype, Elem, KeySpec, Ruleset, Set, SetDecl, Table, Verdict};
+    use crate::trace::event::TraceVerdict;
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::Arc;
+    use verdict_model::IpFamily;
+
+    /// A table with the shapes a ClusterIP's path passes: the dispatch vmap and an endpoint
+    /// map with two slots.
+    fn live() -> Observed {
+        let mut rs = Ruleset::new(Table::default());
+        let key = KeySpec::Type(vec![Datatype::Ipv4Addr, Datatype::InetProto, Datatype::InetService]);
+        let comment: Arc<str> = Arc::from("ns/web:http");
+        let mut vmap = Set::new(SetDecl::map("service-ips", key.clone(), DataSpec::Verdict));
+        vmap.elements = Arc::new(BTreeMap::from([(
+            Blob::new(&[172, 30, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0]),
+            Elem::verdict(Verdict::Goto(Arc::from("endpoints-2")), Some(comment.clone())),
+        )]));
+        let mut eps = Set::new(SetDecl::map("endpoints-2", key, DataSpec::Verdict));
+        eps.elements = Arc::new(BTreeMap::from([
+            (
+                Blob::new(&[172, 30, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0, 0, 0, 0, 0]),
+                Elem::value(Blob::new(&[10, 0, 2, 2, 0x1f, 0x90, 0, 0]), Some(comment.clone())),
+            ),
+            (
+                Blob::new(&[172, 30, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0, 1, 0, 0, 0]),
+                Elem::value(Blob::new(&[10, 0, 1, 1, 0x1f, 0x90, 0, 0]), Some(comment)),
+            ),
+        ]));
+        rs.sets.insert("service-ips".into(), vmap);
+        rs.sets.insert("endpoints-2".into(), eps);
+        let dispatch = [Selector::Daddr(IpFamily::V4), Selector::L4Proto, Selector::ThDport];
+        let services = Rule::new(vec![Item::Stmt(Stmt::Vmap { key: dispatch.to_vec(), map: "service-ips".into() })]);
+        let mut pick = dispatch.to_vec();
+        pick.push(Selector::Numgen(2));
+        let target = DnatTarget::Map { key: pick, map: "endpoints-2".into() };
+        let dnat = Rule::new(vec![Item::Stmt(Stmt::Dnat { family: IpFamily::V4, target })]);
+        let jump = Rule::new(vec![Item::Stmt(Stmt::Verdict(Verdict::Jump(Arc::from("services"))))]);
+        for (name, rule) in [("nat-output", jump), ("services", services), ("endpoints-2", dnat)] {
+            rs.chains.insert(name.into(), Chain::regular(name, vec![rule]));
+        }
+        let handles = HashMap::from([
+            (5, ("nat-output".to_string(), 0)),
+            (10, ("services".to_string(), 0)),
+            (20, ("endpoints-2".to_string(), 0)),
+        ]);
+        Observed { ruleset: rs, foreign: Vec::new(), handles }
+    }
+
+    fn headers(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> (Vec<u8>, Vec<u8>) {
+        let mut ip = vec![0x45, 0, 0, 60, 0, 0, 0x40, 0, 64, 6, 0, 0];
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&dst);
+        let mut th = sport.to_be_bytes().to_vec();
+        th.extend_from_slice(&dport.to_be_bytes());
+        (ip, th)
+    }
+
+    fn event(id: u32, kind: EventKind, table: &str, chain: &str, handle: Option<u64>, verdict: i32) -> TraceEvent {
+        TraceEvent {
+            id,
+            kind,
+            family: FAMILY_INET,
+            table: table.into(),
+            chain: chain.into(),
+            handle,
+            verdict: Some(TraceVerdict { code: verdict, chain: None }),
+            policy: (kind == EventKind::Policy).then_some(verdict as u32),
+            nfproto: Some(2),
+            network: None,
+            transport: None,
+            iif: None,
+            oif: None,
+            mark: None,
+        }
+    }
+
+    fn with(mut ev: TraceEvent, (ip, th): (Vec<u8>, Vec<u8>)) -> TraceEvent {
+        ev.network = Some(ip);
+        ev.transport = Some(th);
+        ev
+    }
+
+    const CLIENT: [u8; 4] = [10, 0, 1, 9];
+
+    #[test]
+    fn a_connection_is_grouped_and_told_with_its_map_entries_and_endpoint() {
+        let t0 = Instant::now();
+        let mut c = Collector::new("kube-proxy");
+        let rule = EventKind::Rule;
+        let original = headers(CLIENT, 40000, [172, 30, 0, 1], 80);
+        let translated = headers(CLIENT, 40000, [10, 0, 1, 1], 8080);
+        // A trace chain's end, met by a flagged packet in a later hook, starts nothing.
+        c.add(event(4, rule, "kube-proxy", "trace-9-prerouting", None, -1), t0);
+        c.add(with(event(1, rule, "kube-proxy", "trace-9-output", Some(99), -1), original.clone()), t0);
+        c.add(event(1, rule, "kube-proxy", "nat-output", Some(5), -3), t0);
+        let mut goto = event(1, rule, "kube-proxy", "services", Some(10), -4);
+        goto.verdict = Some(TraceVerdict { code: -4, chain: Some("endpoints-2".into()) });
+        c.add(goto, t0);
+        c.add(event(1, rule, "kube-proxy", "endpoints-2", Some(20), 1), t0);
+        c.add(with(event(1, EventKind::Policy, "kube-proxy", "filter-output", None, 1), translated.clone()), t0);
+        // The same packet back through loopback, under another id: joined by its client.
+        c.add(with(event(2, EventKind::Policy, "kube-proxy", "filter-input", None, 1), translated), t0);
+        // Somebody else's flagged packet.
+        c.add(with(event(3, rule, "filter", "input", Some(1), 1), headers([10, 9, 9, 9], 1, [10, 0, 0, 1], 2)), t0);
+
+        assert!(c.finished(t0 + Duration::from_millis(100), Duration::from_millis(300)).is_empty(), "not quiet yet");
+        let done = c.finished(t0 + Duration::from_secs(1), Duration::from_millis(300));
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].events.len(), 6);
+        assert!(c.drain().is_empty());
+
+        let text = describe(&done[0], "kube-proxy", &live());
+        assert!(text.starts_with("trace 1: 10.0.1.9:40000 -> 172.30.0.1:80/tcp\n"), "{text}");
+        // Lines as words: the column widths follow the longest chain name.
+        let lines: Vec<String> = text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+        for line in [
+            "nat-output rule 5: jump services",
+            "services rule 10: ip daddr . meta l4proto . th dport vmap @service-ips => goto endpoints-2",
+            "@service-ips: 172.30.0.1 . tcp . 80 : goto endpoints-2 (ns/web:http)",
+            "@endpoints-2: 172.30.0.1 . tcp . 80 . 1 : 10.0.1.1 . 8080 (endpoint of ns/web:http)",
+            "filter-input policy accept",
+            "DNAT to 10.0.1.1:8080 (endpoint of ns/web:http)",
+        ] {
+            assert!(lines.iter().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert_eq!(lines.last().map(String::as_str), Some("verdict: accept"), "{text}");
+        assert!(!text.contains("trace-9"), "verdict's own trace chains are left out:\n{text}");
+    }
+
+    #[test]
+    fn a_drop_in_another_table_is_the_result() {
+        let t0 = Instant::now();
+        let mut c = Collector::new("kube-proxy");
+        let original = headers(CLIENT, 40000, [172, 30, 0, 1], 80);
+        c.add(with(event(1, EventKind::Rule, "kube-proxy", "trace-9-output", Some(99), -1), original), t0);
+        c.add(event(1, EventKind::Rule, "kube-proxy", "nat-output", Some(5), -3), t0);
+        c.add(event(1, EventKind::Policy, "hostfw", "output", None, 0), t0);
+        let done = c.drain();
+        let text = describe(&done[0], "kube-proxy", &live());
+        assert!(text.contains("  [table inet hostfw] output  policy drop\n"), "{text}");
+        assert!(text.ends_with("  verdict: dropped by table inet hostfw, chain output\n"), "{text}");
+    }
 }
