@@ -166,10 +166,7 @@ fn a_traced_connection_names_its_path_and_the_endpoint_that_answered() {
     let (ok, text) = trace.finish(&out, Duration::from_secs(10));
     println!("{text}");
     assert!(ok, "verdict trace failed:\n{text}");
-    assert!(
-        text.contains(&format!("trace 1: 10.0.1.1:")) && text.contains(&format!("-> {CLUSTER_IP}:80/tcp")),
-        "{text}"
-    );
+    assert!(text.contains("trace 1: 10.0.1.1:") && text.contains(&format!("-> {CLUSTER_IP}:80/tcp")), "{text}");
     for step in [
         "nat-output",
         "rule",
@@ -187,38 +184,71 @@ fn a_traced_connection_names_its_path_and_the_endpoint_that_answered() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A table programmed by `verdict run --once` from manifests, in a namespace of the test's own.
+/// `verdict run --once` in `ns` with one ClusterIP Service, with [`ENDPOINTS`] or without.
+fn run_once(ns: &Netns, with_endpoints: bool) {
+    let dir = std::env::temp_dir().join(format!("verdict-trace-{}-{}", ns.name(), std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut web = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: ns1}}\n\
+         spec: {{clusterIP: {CLUSTER_IP}, ports: [{{name: http, port: 80}}]}}\n"
+    );
+    if with_endpoints {
+        web.push_str(&format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: web-1, namespace: ns1, labels: {{kubernetes.io/service-name: web}}}}\n\
+             addressType: IPv4\nports: [{{name: http, port: 8080}}]\n\
+             endpoints: [{{addresses: [{}]}}, {{addresses: [{}]}}]\n",
+            ENDPOINTS[0], ENDPOINTS[1]
+        ));
+    }
+    std::fs::write(dir.join("web.yaml"), web).unwrap();
+    let manifests = dir.to_str().unwrap();
+    let args = ["run", "--manifests", manifests, "--once", "--state-dir", "", "--hostname-override", "n1"];
+    let cmd: Vec<&str> = [env!("CARGO_BIN_EXE_verdict")].into_iter().chain(args).collect();
+    let out = ns.exec(&cmd).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "run --once: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A namespace of the test's own with the table programmed.
 fn programmed(tag: &str) -> Netns {
     let ns = Netns::new(tag).unwrap();
-    let dir = std::env::temp_dir().join(format!("verdict-trace-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("web.yaml"),
-        format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: ns1}}\n\
-             spec: {{clusterIP: {CLUSTER_IP}, ports: [{{name: http, port: 80}}]}}\n"
-        ),
-    )
-    .unwrap();
-    let once = |ns: &Netns| {
-        let out = ns
-            .exec(&[
-                env!("CARGO_BIN_EXE_verdict"),
-                "run",
-                "--manifests",
-                dir.to_str().unwrap(),
-                "--once",
-                "--state-dir",
-                "",
-                "--hostname-override",
-                "n1",
-            ])
-            .unwrap();
-        assert!(out.status.success(), "run --once: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    once(&ns);
-    let _ = std::fs::remove_dir_all(&dir);
+    run_once(&ns, false);
     ns
+}
+
+#[test]
+fn a_connection_from_a_pod_is_traced_at_prerouting_and_src_filters() {
+    require_kernel!();
+    let node = Netns::new("trnode").unwrap();
+    let pod = Netns::new("trpod").unwrap();
+    endpoints(&node);
+    run_once(&node, true);
+    // The pod: a veth to the node, its default route through it.
+    node.ip(&["link", "add", "vnode", "type", "veth", "peer", "name", "vpod", "netns", pod.name()]).unwrap();
+    node.ip(&["addr", "add", "10.1.0.1/24", "dev", "vnode"]).unwrap();
+    node.ip(&["link", "set", "vnode", "up"]).unwrap();
+    pod.ip(&["addr", "add", "10.1.0.2/24", "dev", "vpod"]).unwrap();
+    pod.ip(&["link", "set", "vpod", "up"]).unwrap();
+    pod.ip(&["route", "add", "default", "via", "10.1.0.1"]).unwrap();
+
+    let dst = format!("{CLUSTER_IP}:80");
+    let (mut trace, out) = start_trace(&node, &["--dst", &dst, "--src", "10.1.0.0/24", "--count", "1", "--for", "60s"]);
+    // The node's own connection comes from outside --src: not traced.
+    let _ = ask(&node);
+    let answered = ask(&pod);
+    assert!(ENDPOINTS.contains(&answered.as_str()), "answer {answered:?}");
+    let (ok, text) = trace.finish(&out, Duration::from_secs(10));
+    println!("{text}");
+    assert!(ok, "verdict trace failed:\n{text}");
+    assert!(text.contains("trace 1: 10.1.0.2:"), "the pod's connection is the one traced:\n{text}");
+    assert!(!text.contains("trace 2"), "{text}");
+    for step in ["filter-prerouting-pre-dnat", "nat-prerouting", "jump services", "filter-input", "verdict: accept"] {
+        assert!(text.contains(step), "no {step:?} in:\n{text}");
+    }
+    let dnat = format!("DNAT to {answered}:8080 (endpoint of ns1/web:http)");
+    assert!(text.contains(&dnat), "no {dnat:?} in\n{text}");
+    assert!(trace_chains(&node).is_empty(), "chains left:\n{}", table(&node));
 }
 
 #[test]
@@ -255,31 +285,7 @@ fn a_full_sync_deletes_the_chains_of_a_dead_trace_and_keeps_a_live_one() {
         ns.nft_stdin(&["-f", "-"], &chain).unwrap();
     }
     assert_eq!(trace_chains(&ns), ["trace-1-output", "trace-2-output"]);
-    let dir = std::env::temp_dir().join(format!("verdict-trace-sync-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("web.yaml"),
-        format!(
-            "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: ns1}}\n\
-             spec: {{clusterIP: {CLUSTER_IP}, ports: [{{name: http, port: 80}}]}}\n"
-        ),
-    )
-    .unwrap();
-    let out = ns
-        .exec(&[
-            env!("CARGO_BIN_EXE_verdict"),
-            "run",
-            "--manifests",
-            dir.to_str().unwrap(),
-            "--once",
-            "--state-dir",
-            "",
-            "--hostname-override",
-            "n1",
-        ])
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(out.status.success(), "run --once: {}", String::from_utf8_lossy(&out.stderr));
+    run_once(&ns, false);
     assert_eq!(trace_chains(&ns), ["trace-2-output"], "only the expired trace is deleted:\n{}", table(&ns));
 }
 
