@@ -62,7 +62,8 @@ pub fn run(args: &TraceArgs) -> Result<()> {
     let spec = TraceSpec { dst: dst.ip(), port: dst.port(), protocol, src, until };
     let chains = chains::trace_chains(&spec, &std::process::id().to_string());
     nl.commit(&chains::install(&args.table, &chains)).context("adding the trace chains")?;
-    let installed = Installed { nl, table: args.table.clone(), names: chains.iter().map(|c| c.name.clone()).collect() };
+    let mut installed =
+        Installed { nl, table: args.table.clone(), names: chains.iter().map(|c| c.name.clone()).collect() };
 
     let what = verdict_nft::trace::path::destination(dst.ip(), dst.port(), protocol.number());
     let from = src.map(|s| format!(" from {s}")).unwrap_or_default();
@@ -72,7 +73,6 @@ pub fn run(args: &TraceArgs) -> Result<()> {
         args.table, args.duration
     );
 
-    let mut nl = installed;
     let mut collector = Collector::new(&args.table);
     let deadline = Instant::now() + duration;
     let mut shown = 0u32;
@@ -92,13 +92,13 @@ pub fn run(args: &TraceArgs) -> Result<()> {
             if done(shown) {
                 break;
             }
-            show(&conn, &mut nl, &mut live);
+            show(&conn, &mut installed, &mut live);
             shown += 1;
         }
     }
     for conn in collector.drain() {
         if !done(shown) {
-            show(&conn, &mut nl, &mut live);
+            show(&conn, &mut installed, &mut live);
             shown += 1;
         }
     }
@@ -109,7 +109,7 @@ pub fn run(args: &TraceArgs) -> Result<()> {
     } else {
         "time is up"
     };
-    nl.remove().context("removing the trace chains")?;
+    installed.remove().context("removing the trace chains")?;
     println!("{shown} connection(s) traced ({why}); trace chains removed");
     Ok(())
 }
