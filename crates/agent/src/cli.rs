@@ -39,6 +39,10 @@ pub enum Command {
     /// reach, masqueraded or not, DROP, REJECT, not handled) and which rules and map entries
     /// decide it. No root, no kernel.
     Explain(ExplainArgs),
+    /// Trace real new connections to a destination through the kernel's table: the chains,
+    /// map entries and verdicts each passed, and the endpoint it was DNATed to. Needs
+    /// CAP_NET_ADMIN, on the node.
+    Trace(TraceArgs),
 }
 
 /// Flags that shape the rules, shared by `run` and `render` (kube-proxy's names).
@@ -175,4 +179,25 @@ pub struct ExplainArgs {
     /// Rule flags.
     #[command(flatten)]
     pub rules: RulesArgs,
+}
+
+/// `verdict trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// The destination: `IP:PORT`, `[IPv6]:PORT`, with `/tcp` (default), `/udp` or `/sctp`.
+    #[arg(long, value_name = "IP:PORT[/PROTO]")]
+    pub dst: String,
+    /// Only connections from clients in this network (an address is a /32 or /128).
+    #[arg(long, value_name = "CIDR")]
+    pub src: Option<String>,
+    /// Stop after this many traced connections.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u32>,
+    /// Stop after this long (e.g. `30s`, `5m`); also how long a running agent keeps the
+    /// trace chains should this command die without removing them.
+    #[arg(long = "for", value_name = "DURATION", default_value = "5m")]
+    pub duration: String,
+    /// The nftables table (family inet) verdict programs.
+    #[arg(long, value_name = "NAME", default_value = verdict_nft::ruleset::DEFAULT_TABLE)]
+    pub table: String,
 }

@@ -64,6 +64,7 @@ fn main() -> ExitCode {
             Ok(cfg) => commands::explain::run(args, &cfg),
             Err(e) => return usage(e),
         },
+        Command::Trace(args) => commands::trace::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

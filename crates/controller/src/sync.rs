@@ -440,10 +440,17 @@ impl SyncLoop {
         };
         let outcome = if full {
             let mut table = DesiredTable::new(self.cache.model(), &opts);
-            let result = self.current_table().map_err(|e| format!("reading the table: {e}")).and_then(|current| {
-                if let Some(c) = &current {
+            let result = self.current_table().map_err(|e| format!("reading the table: {e}")).and_then(|mut current| {
+                if let Some(c) = &mut current {
                     for f in &c.foreign {
                         tracing::warn!("replacing an object verdict did not write: {f}");
+                    }
+                    // A `verdict trace` in progress is left alone; one that died without
+                    // removing its chains is deleted once their deadline has passed.
+                    let now =
+                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                    for chain in verdict_nft::trace::chains::set_aside_live(&mut c.ruleset, now) {
+                        tracing::info!("leaving chain {chain} of a running `verdict trace` in place");
                     }
                 }
                 let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
@@ -530,7 +537,11 @@ impl SyncLoop {
             && let Some(table) = &self.table
         {
             let ruleset = table.ruleset().clone();
-            return Ok(Some(verdict_nft::observe::Observed { ruleset, foreign: Vec::new() }));
+            return Ok(Some(verdict_nft::observe::Observed {
+                ruleset,
+                foreign: Vec::new(),
+                handles: Default::default(),
+            }));
         }
         observe(&mut self.nl, &self.cfg.table)
     }

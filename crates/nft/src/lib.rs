@@ -22,6 +22,7 @@ pub mod rule;
 pub mod ruleset;
 pub mod snapshot;
 pub mod text;
+pub mod trace;
 pub mod transaction;
 
 pub use desired::DesiredTable;

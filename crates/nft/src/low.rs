@@ -74,6 +74,7 @@ pub mod k {
 
     pub const NFT_META_MARK: u32 = 3;
     pub const NFT_META_IIFNAME: u32 = 6;
+    pub const NFT_META_NFTRACE: u32 = 12;
     pub const NFT_META_NFPROTO: u32 = 15;
     pub const NFT_META_L4PROTO: u32 = 16;
 

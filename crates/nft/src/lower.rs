@@ -296,6 +296,11 @@ impl Lowering {
                 Reject::Icmpv6 => LowExpr::Reject { kind: k::NFT_REJECT_ICMP_UNREACH, code: k::ICMPV6_PORT_UNREACH },
             }),
             Stmt::Counter => self.push(LowExpr::Counter),
+            Stmt::NfTrace => {
+                // As nft writes it: the flag is one byte, loaded into a register, then set.
+                self.push(LowExpr::Immediate { dreg: r1, data: ImmData::Value(vec![1]) });
+                self.push(LowExpr::MetaSet { key: k::NFT_META_NFTRACE, sreg: r1 });
+            }
             Stmt::Update { set, key } => {
                 self.load(*key, r1, None);
                 self.push(LowExpr::Dynset { op: k::NFT_DYNSET_OP_UPDATE, sreg_key: r1, set: set.clone() });

@@ -29,6 +29,9 @@ pub struct Observed {
     pub ruleset: Ruleset,
     /// Objects that are not verdict's (foreign rules, unreadable sets), described for the log.
     pub foreign: Vec<String>,
+    /// Each rule's kernel handle: the chain and the rule's index in it (empty when the
+    /// table was not read from the kernel).
+    pub handles: HashMap<u64, (String, usize)>,
 }
 
 /// Reads table `table` from the kernel; `None` when it does not exist.
@@ -95,6 +98,7 @@ fn verdict(code: i32, chain: &Option<String>) -> Option<Verdict> {
 pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
     let mut rs = Ruleset::new(Table { name: table.to_string(), comment: dump.comment.clone() });
     let mut foreign = Vec::new();
+    let mut handles = HashMap::new();
     let mut comments: HashMap<String, Arc<str>> = HashMap::new();
     let mut anon: HashMap<String, AnonSet> = HashMap::new();
 
@@ -211,11 +215,13 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
                 unreadable(&e.to_string())
             }
         };
-        rs.chains
+        let rules = &mut rs
+            .chains
             .entry(wire.chain.clone())
             .or_insert_with(|| Chain::regular(wire.chain.clone(), Vec::new()))
-            .rules
-            .push(rule);
+            .rules;
+        handles.insert(wire.handle, (wire.chain.clone(), rules.len()));
+        rules.push(rule);
     }
-    Observed { ruleset: rs, foreign }
+    Observed { ruleset: rs, foreign, handles }
 }

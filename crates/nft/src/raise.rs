@@ -271,6 +271,14 @@ impl Raising<'_> {
                 self.items.push(Item::Match(m));
                 Some(i + 1)
             }
+            LowExpr::MetaSet { key: k::NFT_META_NFTRACE, sreg } => {
+                let Content::Data(flag) = self.take(*sreg)? else { return None };
+                if flag != [1] {
+                    return None;
+                }
+                self.items.push(Item::Stmt(Stmt::NfTrace));
+                Some(i + 1)
+            }
             LowExpr::MetaSet { key: k::NFT_META_MARK, sreg } => {
                 let Content::Masked(Selector::Mark, 4, mask, xor) = self.take(*sreg)? else { return None };
                 let (mask, xor) = (u32_of(&mask)?, u32_of(&xor)?);

@@ -359,6 +359,9 @@ pub enum Stmt {
     Reject(Reject),
     /// `counter`.
     Counter,
+    /// `meta nftrace set 1`: the kernel reports every rule the packet passes from here on
+    /// (`verdict trace`'s temporary chains; never rendered).
+    NfTrace,
     /// `update @set { <selector> }`.
     Update {
         /// The dynamic set.

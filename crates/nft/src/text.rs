@@ -295,6 +295,7 @@ fn item_text(item: &Item) -> String {
             Stmt::Reject(Reject::Icmp) => "reject with icmp port-unreachable".into(),
             Stmt::Reject(Reject::Icmpv6) => "reject with icmpv6 port-unreachable".into(),
             Stmt::Counter => "counter".into(),
+            Stmt::NfTrace => "meta nftrace set 1".into(),
             Stmt::Update { set, key } => format!("update @{set} {{ {} }}", selector(key)),
         },
     }

@@ -4,3 +4,4 @@ pub mod cleanup;
 pub mod explain;
 pub mod render;
 pub mod run;
+pub mod trace;

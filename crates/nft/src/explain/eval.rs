@@ -192,7 +192,7 @@ impl Evaluator<'_> {
                 vec![(st, Flow::Accept)]
             }
             Stmt::Reject(_) => vec![(st, Flow::Reject)],
-            Stmt::Counter => self.statements(rest, st, depth),
+            Stmt::Counter | Stmt::NfTrace => self.statements(rest, st, depth),
             Stmt::Update { set, .. } => {
                 st.trace.push(format!("  client remembered in @{set}"));
                 self.statements(rest, st, depth)

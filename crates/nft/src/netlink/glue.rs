@@ -87,6 +87,8 @@ pub(crate) struct RuleWire {
     pub chain: String,
     pub exprs: Vec<LowExpr>,
     pub udata: Option<Vec<u8>>,
+    /// The kernel's handle (read back only; trace events name rules by it).
+    pub handle: u64,
 }
 
 /// A libnftnl object type and its destructor.
@@ -715,6 +717,7 @@ pub(crate) fn parse_rule(s: &mut Scratch, msg: &[u8]) -> Option<RuleWire> {
     // SAFETY: getters read the live rule; the expression iterator is destroyed before the rule.
     unsafe {
         w.chain = get_str(sys::nftnl_rule_get_str(p, sys::NFTNL_RULE_CHAIN as u16))?;
+        w.handle = sys::nftnl_rule_get_u64(p, sys::NFTNL_RULE_HANDLE as u16);
         if sys::nftnl_rule_is_set(p, sys::NFTNL_RULE_USERDATA as u16) {
             let mut len = 0u32;
             w.udata = get_bytes(sys::nftnl_rule_get_data(p, sys::NFTNL_RULE_USERDATA as u16, &mut len), len);

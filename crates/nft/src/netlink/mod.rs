@@ -15,6 +15,7 @@ pub mod firewalls;
 mod foreign;
 mod glue;
 pub mod monitor;
+pub mod trace;
 pub(crate) mod wire;
 
 pub use foreign::TableFamily;
@@ -521,6 +522,7 @@ impl Encoder<'_> {
             chain: chain.to_string(),
             exprs: low.exprs.clone(),
             udata: low.comment.as_deref().map(wire::comment_udata),
+            handle: 0,
         };
         let h = self.hdr(glue::NFT_MSG_NEWRULE, glue::NLM_F_CREATE | glue::NLM_F_APPEND);
         glue::put_rule(self.scratch, &mut self.out.body, h, &self.table, &w, &anon_ids);

@@ -1,0 +1,310 @@
+//! `verdict trace`: a real connection to a ClusterIP, traced through the kernel's table while
+//! the agent runs, names the chains and map entries it passed and the endpoint that answered
+//! it; the trace chains are gone when the command ends (by count, SIGINT or SIGTERM), and a
+//! full sync deletes the chains of a trace that died (root only).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use verdict_e2e::apilab::{ApiLab, node, service, slice};
+use verdict_e2e::netns::Netns;
+use verdict_e2e::require_kernel;
+
+const CLUSTER_IP: &str = "172.30.0.10";
+const ENDPOINTS: [&str; 2] = ["10.0.1.1", "10.0.1.2"];
+
+/// A child process killed (by its own PID) if the test ends before it does.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    /// Waits for the exit within `within`; (success, stdout read so far from `lines`).
+    fn finish(&mut self, lines: &mpsc::Receiver<String>, within: Duration) -> (bool, String) {
+        let deadline = Instant::now() + within;
+        let status = loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "verdict trace did not exit in time");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        while let Ok(line) = lines.recv_timeout(Duration::from_secs(2)) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        (status.success(), out)
+    }
+}
+
+/// Lines of the child's stdout, as they come.
+fn lines(stdout: ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Starts `verdict trace ARGS` in `ns` and waits until it says it is tracing.
+fn start_trace(ns: &Netns, args: &[&str]) -> (Proc, mpsc::Receiver<String>) {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), env!("CARGO_BIN_EXE_verdict"), "trace"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start verdict trace");
+    let rx = lines(child.stdout.take().expect("stdout"));
+    let proc = Proc(child);
+    let first = rx.recv_timeout(Duration::from_secs(10)).expect("verdict trace says it is tracing");
+    assert!(first.starts_with("tracing new connections to"), "{first}");
+    (proc, rx)
+}
+
+fn table(ns: &Netns) -> String {
+    ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).map(|o| String::from_utf8_lossy(&o.stdout).into()).unwrap()
+}
+
+fn trace_chains(ns: &Netns) -> Vec<String> {
+    table(ns)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("chain trace-").map(|c| format!("trace-{}", c.trim_end_matches(" {"))))
+        .collect()
+}
+
+/// Endpoints on the namespace's loopback, each answering with its own address, and a route
+/// for the ClusterIP (a node's default route), so the node's own connection reaches the
+/// output hook where verdict DNATs it.
+fn endpoints(ns: &Netns) {
+    ns.ip(&["route", "add", "172.30.0.0/16", "dev", "lo"]).unwrap();
+    for ep in ENDPOINTS {
+        ns.ip(&["addr", "add", &format!("{ep}/32"), "dev", "lo"]).unwrap();
+        let listener = ns.run(|| TcpListener::bind(format!("{ep}:8080"))).unwrap();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let _ = conn.write_all(ep.as_bytes());
+            }
+        });
+    }
+}
+
+/// Connects to the ClusterIP from inside the namespace: the endpoint that answered.
+fn ask(ns: &Netns) -> String {
+    let addr: SocketAddr = format!("{CLUSTER_IP}:80").parse().unwrap();
+    ns.run(|| {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect to the ClusterIP");
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("the endpoint's answer");
+        out
+    })
+}
+
+#[test]
+fn a_traced_connection_names_its_path_and_the_endpoint_that_answered() {
+    require_kernel!();
+    let lab = ApiLab::new("trace").unwrap();
+    endpoints(&lab.ns);
+    lab.server.apply(node("n1", "192.168.0.2"));
+    lab.server.apply(service("ns1", "web", CLUSTER_IP, 80));
+    lab.server.apply(slice("ns1", "web", &ENDPOINTS.map(String::from), None));
+
+    // The agent runs: it sees the trace chains appear (another program changed its table) and
+    // reconciles, which must leave a trace in progress alone.
+    let dir = std::env::temp_dir().join(format!("verdict-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    lab.server.write_kubeconfig(&kubeconfig).unwrap();
+    let log = dir.join("agent.log");
+    let _agent = Proc(
+        Command::new("ip")
+            .args(["netns", "exec", lab.ns.name(), env!("CARGO_BIN_EXE_verdict"), "run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
+            .args(["--metrics-bind-address", "", "--healthz-bind-address", ""])
+            .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false", "--state-dir", ""])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")) {
+        assert!(Instant::now() < deadline, "the agent did not program the Service:\n{}", agent_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let (mut trace, out) =
+        start_trace(&lab.ns, &["--dst", &format!("{CLUSTER_IP}:80"), "--count", "1", "--for", "60s"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !agent_log().contains("leaving chain trace-") {
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not reconcile after the trace chains appeared:\n{}",
+            agent_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(trace_chains(&lab.ns).len(), 2, "the agent's reconcile kept the trace chains:\n{}", table(&lab.ns));
+
+    let answered = ask(&lab.ns);
+    assert!(ENDPOINTS.contains(&answered.as_str()), "answer {answered:?}");
+    let (ok, text) = trace.finish(&out, Duration::from_secs(10));
+    println!("{text}");
+    assert!(ok, "verdict trace failed:\n{text}");
+    assert!(text.contains("trace 1: 10.0.1.1:") && text.contains(&format!("-> {CLUSTER_IP}:80/tcp")), "{text}");
+    for step in [
+        "nat-output",
+        "rule",
+        "jump services",
+        &format!("@service-ips: {CLUSTER_IP} . tcp . 80 : goto endpoints-2  (ns1/web:http)"),
+        &format!("@endpoints-2: {CLUSTER_IP} . tcp . 80 . "),
+        "verdict: accept",
+    ] {
+        assert!(text.contains(step), "no {step:?} in:\n{text}");
+    }
+    let dnat = format!("DNAT to {answered}:8080 (endpoint of ns1/web:http)");
+    assert!(text.contains(&dnat), "the trace names the endpoint that answered ({answered}): no {dnat:?} in\n{text}");
+    assert!(text.contains("1 connection(s) traced (count reached); trace chains removed"), "{text}");
+    assert!(trace_chains(&lab.ns).is_empty(), "chains left:\n{}", table(&lab.ns));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `verdict run --once` in `ns` with one ClusterIP Service, with [`ENDPOINTS`] or without.
+fn run_once(ns: &Netns, with_endpoints: bool) {
+    let dir = std::env::temp_dir().join(format!("verdict-trace-{}-{}", ns.name(), std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut web = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: ns1}}\n\
+         spec: {{clusterIP: {CLUSTER_IP}, ports: [{{name: http, port: 80}}]}}\n"
+    );
+    if with_endpoints {
+        web.push_str(&format!(
+            "---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: web-1, namespace: ns1, labels: {{kubernetes.io/service-name: web}}}}\n\
+             addressType: IPv4\nports: [{{name: http, port: 8080}}]\n\
+             endpoints: [{{addresses: [{}]}}, {{addresses: [{}]}}]\n",
+            ENDPOINTS[0], ENDPOINTS[1]
+        ));
+    }
+    std::fs::write(dir.join("web.yaml"), web).unwrap();
+    let manifests = dir.to_str().unwrap();
+    let args = ["run", "--manifests", manifests, "--once", "--state-dir", "", "--hostname-override", "n1"];
+    let cmd: Vec<&str> = [env!("CARGO_BIN_EXE_verdict")].into_iter().chain(args).collect();
+    let out = ns.exec(&cmd).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "run --once: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A namespace of the test's own with the table programmed.
+fn programmed(tag: &str) -> Netns {
+    let ns = Netns::new(tag).unwrap();
+    run_once(&ns, false);
+    ns
+}
+
+#[test]
+fn a_connection_from_a_pod_is_traced_at_prerouting_and_src_filters() {
+    require_kernel!();
+    let node = Netns::new("trnode").unwrap();
+    let pod = Netns::new("trpod").unwrap();
+    endpoints(&node);
+    run_once(&node, true);
+    // The pod: a veth to the node, its default route through it.
+    node.ip(&["link", "add", "vnode", "type", "veth", "peer", "name", "vpod", "netns", pod.name()]).unwrap();
+    node.ip(&["addr", "add", "10.1.0.1/24", "dev", "vnode"]).unwrap();
+    node.ip(&["link", "set", "vnode", "up"]).unwrap();
+    pod.ip(&["addr", "add", "10.1.0.2/24", "dev", "vpod"]).unwrap();
+    pod.ip(&["link", "set", "vpod", "up"]).unwrap();
+    pod.ip(&["route", "add", "default", "via", "10.1.0.1"]).unwrap();
+
+    let dst = format!("{CLUSTER_IP}:80");
+    let (mut trace, out) = start_trace(&node, &["--dst", &dst, "--src", "10.1.0.0/24", "--count", "1", "--for", "60s"]);
+    // The node's own connection comes from outside --src: not traced.
+    let _ = ask(&node);
+    let answered = ask(&pod);
+    assert!(ENDPOINTS.contains(&answered.as_str()), "answer {answered:?}");
+    let (ok, text) = trace.finish(&out, Duration::from_secs(10));
+    println!("{text}");
+    assert!(ok, "verdict trace failed:\n{text}");
+    assert!(text.contains("trace 1: 10.1.0.2:"), "the pod's connection is the one traced:\n{text}");
+    assert!(!text.contains("trace 2"), "{text}");
+    for step in ["filter-prerouting-pre-dnat", "nat-prerouting", "jump services", "filter-input", "verdict: accept"] {
+        assert!(text.contains(step), "no {step:?} in:\n{text}");
+    }
+    let dnat = format!("DNAT to {answered}:8080 (endpoint of ns1/web:http)");
+    assert!(text.contains(&dnat), "no {dnat:?} in\n{text}");
+    assert!(trace_chains(&node).is_empty(), "chains left:\n{}", table(&node));
+}
+
+#[test]
+fn sigint_and_sigterm_remove_the_trace_chains() {
+    require_kernel!();
+    let ns = programmed("trsig");
+    for signal in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
+        let (mut trace, out) = start_trace(&ns, &["--dst", &format!("{CLUSTER_IP}:80"), "--for", "60s"]);
+        assert_eq!(trace_chains(&ns).len(), 2, "while tracing:\n{}", table(&ns));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(trace.0.id() as i32), signal).unwrap();
+        let (ok, text) = trace.finish(&out, Duration::from_secs(5));
+        assert!(ok, "{signal}: verdict trace failed:\n{text}");
+        assert!(text.contains("0 connection(s) traced (signalled); trace chains removed"), "{signal}: {text}");
+        assert!(trace_chains(&ns).is_empty(), "{signal}: chains left:\n{}", table(&ns));
+    }
+    // The time limit ends it too.
+    let (mut trace, out) = start_trace(&ns, &["--dst", &format!("{CLUSTER_IP}:80"), "--for", "1s"]);
+    let (ok, text) = trace.finish(&out, Duration::from_secs(5));
+    assert!(ok && text.contains("(time is up); trace chains removed"), "{text}");
+    assert!(trace_chains(&ns).is_empty(), "chains left:\n{}", table(&ns));
+}
+
+#[test]
+fn a_full_sync_deletes_the_chains_of_a_dead_trace_and_keeps_a_live_one() {
+    require_kernel!();
+    let ns = programmed("trsync");
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    for (name, until) in [("trace-1-output", now - 1), ("trace-2-output", now + 3600)] {
+        let chain = format!(
+            "add chain inet kube-proxy {name} {{ type filter hook output priority mangle; policy accept; }}\n\
+             add rule inet kube-proxy {name} ip daddr {CLUSTER_IP} tcp dport 80 ct state new meta nftrace set 1 \
+             comment \"verdict trace until unix time {until}\"\n"
+        );
+        ns.nft_stdin(&["-f", "-"], &chain).unwrap();
+    }
+    assert_eq!(trace_chains(&ns), ["trace-1-output", "trace-2-output"]);
+    run_once(&ns, false);
+    assert_eq!(trace_chains(&ns), ["trace-2-output"], "only the expired trace is deleted:\n{}", table(&ns));
+}
+
+#[test]
+fn mistakes_are_one_line_errors() {
+    require_kernel!();
+    let ns = Netns::new("trerr").unwrap();
+    let verdict = |args: &[&str]| {
+        let cmd: Vec<&str> = [env!("CARGO_BIN_EXE_verdict"), "trace"].into_iter().chain(args.iter().copied()).collect();
+        let out = ns.exec(&cmd).unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = verdict(&["--dst", "172.30.0.10"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--dst \"172.30.0.10\" is not IP:PORT"), "{err}");
+    let (code, err) = verdict(&["--dst", "172.30.0.10:80", "--src", "fd00::/64"]);
+    assert!(code == Some(1) && err.contains("different address families"), "{err}");
+    let (code, err) = verdict(&["--dst", "172.30.0.10:80"]);
+    assert!(code == Some(1) && err.contains("has no table inet kube-proxy"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(ns.exec(&["nft", "list", "tables"]).unwrap().stdout.is_empty(), "nothing was created");
+}
