@@ -4,6 +4,7 @@
 
 mod fetch;
 mod initramfs;
+mod nft_versions;
 mod report;
 mod suites;
 mod vm;
@@ -29,6 +30,11 @@ pub fn kernels(args: &[String]) -> Result<()> {
     let root = crate::run::workspace_root()?;
     let cache = root.join("target/kernels");
     let wanted = chosen_kernels(args)?;
+    if args.iter().any(|a| a == "--nft-versions") {
+        let report = nft_versions::check(&cache)?;
+        std::fs::write(cache.join("nft-versions.md"), report)?;
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--fetch-only") {
         for w in &wanted {
             let k = fetch::kernel(&cache, w)?;
@@ -150,11 +156,11 @@ fn one_kernel(cache: &Path, k: &fetch::Kernel, suites: &[suites::Suite], opts: &
             t.as_secs_f64(),
             log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(none)")
         )),
-        Ok(Ended::PoweredOff(_)) if !log.contains("verdict-vm: running plan") => Some(format!(
+        Ok(Ended::PoweredOff) if !log.contains("verdict-vm: running plan") => Some(format!(
             "the VM did not reach the tests: {}",
             log.lines().filter(|l| l.contains("verdict-vm:") || l.contains("Kernel panic")).collect::<Vec<_>>().join("; ")
         )),
-        Ok(Ended::PoweredOff(_)) => None,
+        Ok(Ended::PoweredOff) => None,
     };
     for line in log.lines().filter(|l| l.starts_with("verdict-vm: modules not loaded")) {
         eprintln!("xtask: {}: {line}", k.name);
@@ -174,14 +180,13 @@ fn plan(suites: &[suites::Suite], opts: &Options) -> String {
          \x20 echo \"$(now) $t0\" | awk '{print $1 - $2}' > /verdict-out/$name.secs\n\
          \x20 echo $rc > /verdict-out/$name.rc\n  echo \"verdict-vm: suite $name exit $rc\" > /dev/console\n}\n",
     );
-    if opts.self_test {
-        s.push_str("export VERDICT_KERNEL_SELF_TEST=1\n");
-    }
+    // The self-test runs the tests marked ignored too: the one that must fail on old kernels.
+    let extra = if opts.self_test { " --include-ignored" } else { "" };
     let limit = opts.suite_timeout.as_secs();
     for suite in suites {
         let _ = writeln!(
             s,
-            "cd {} && run {} timeout -k 10 {limit} {}",
+            "cd {} && run {} timeout -k 10 {limit} {}{extra}",
             quote(&suite.dir),
             suite.name,
             quote(&suite.exe)

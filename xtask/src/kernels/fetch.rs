@@ -82,15 +82,23 @@ impl Apt {
             .with_context(|| format!("apt-cache depends {package}: no dependency"))
     }
 
-    /// The candidate version of a package.
-    pub fn candidate(&self, package: &str) -> Result<String> {
-        let out = self.command("apt-cache").args(["policy", package]).output()?;
+    /// A package and every package it needs at run time, recursively (no recommends).
+    pub fn runtime_closure(&self, package: &str) -> Result<Vec<String>> {
+        let out = self
+            .command("apt-cache")
+            .args(["depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts"])
+            .args(["--no-breaks", "--no-replaces", "--no-enhances", "--no-pre-depends", package])
+            .output()?;
+        if !out.status.success() {
+            bail!("apt-cache depends {package}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
         let text = String::from_utf8_lossy(&out.stdout);
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix("Candidate: "))
-            .filter(|v| *v != "(none)")
-            .map(str::to_string)
-            .with_context(|| format!("{package} has no candidate version"))
+        // Top-level lines are packages; `<virtual>` ones are provided by a real one also listed.
+        let mut names: Vec<String> =
+            text.lines().filter(|l| !l.starts_with(' ') && !l.starts_with('<')).map(str::to_string).collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
     }
 
     /// Downloads a package's .deb into `into` (once) and returns its path.

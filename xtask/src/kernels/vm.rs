@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// How a run ended.
 pub enum Ended {
     /// The guest powered off by itself.
-    PoweredOff(Duration),
+    PoweredOff,
     /// The deadline passed; the VM was killed.
     TimedOut(Duration),
 }
@@ -78,7 +78,7 @@ impl Vm<'_> {
                     }
                     anyhow::bail!("qemu exited with {status}: {}", err.trim());
                 }
-                return Ok(Ended::PoweredOff(started.elapsed()));
+                return Ok(Ended::PoweredOff);
             }
             if started.elapsed() > self.deadline {
                 // Our own child, by its handle: no other qemu on the machine is touched.
