@@ -48,7 +48,8 @@ pub fn kernels(args: &[String]) -> Result<()> {
         (None, false) => suites::ALL.iter().map(|s| s.to_string()).collect(),
     };
     let command = flag(args, "--command").map(str::to_string);
-    let suites = if command.is_some() && flag(args, "--suites").is_none() { Vec::new() } else { suites::build(&names)? };
+    let suites =
+        if command.is_some() && flag(args, "--suites").is_none() { Vec::new() } else { suites::build(&names)? };
     let opts = Options {
         accel: match flag(args, "--accel") {
             Some("kvm") => Accel::Kvm,
@@ -158,7 +159,10 @@ fn one_kernel(cache: &Path, k: &fetch::Kernel, suites: &[suites::Suite], opts: &
         )),
         Ok(Ended::PoweredOff) if !log.contains("verdict-vm: running plan") => Some(format!(
             "the VM did not reach the tests: {}",
-            log.lines().filter(|l| l.contains("verdict-vm:") || l.contains("Kernel panic")).collect::<Vec<_>>().join("; ")
+            log.lines()
+                .filter(|l| l.contains("verdict-vm:") || l.contains("Kernel panic"))
+                .collect::<Vec<_>>()
+                .join("; ")
         )),
         Ok(Ended::PoweredOff) => None,
     };

@@ -16,8 +16,8 @@ use verdict_e2e::netns::Netns;
 use verdict_e2e::{require_kernel, synth};
 use verdict_model::source::{EndpointSlice, Service};
 use verdict_model::{Cidr, ModelCache, ProxyConfig};
-use verdict_nft::transaction::kernel_needs_deferred_chain_deletion;
 use verdict_nft::netlink::Netlink;
+use verdict_nft::transaction::kernel_needs_deferred_chain_deletion;
 
 /// A sync loop in `ns`, with chain deletions deferred from the start or not.
 fn start(ns: &Netns, defer_chain_deletion: bool) -> (Sender<Event>, Receiver<SyncReport>) {
@@ -63,13 +63,13 @@ fn next(reports: &Receiver<SyncReport>) -> SyncReport {
     reports.recv_timeout(Duration::from_secs(120)).expect("a sync within 120 s")
 }
 
-/// The names of the table's per-Service chains (those upstream names `.../ns/name:port`).
+/// The names of the table's per-Service chains (upstream names them `...-ns/name/proto/port...`).
 fn service_chains(ns: &Netns) -> BTreeSet<String> {
-    let out = ns.exec(&["nft", "list", "chains", "inet", "kube-proxy"]).unwrap();
+    let out = ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     text.lines()
         .filter_map(|l| l.trim().strip_prefix("chain "))
-        .map(|c| c.trim_end_matches(" {").trim_matches('"').to_string())
+        .map(|c| c.trim_end_matches('{').trim().trim_matches('"').to_string())
         .filter(|c| c.contains('/'))
         .collect()
 }
@@ -88,7 +88,7 @@ fn delete_service(ns: &Netns, defer: bool) -> (Sender<Event>, Receiver<SyncRepor
     let first = next(&reports);
     assert!(first.full && first.error.is_none(), "{first:?}");
     let before = service_chains(ns);
-    let own: BTreeSet<String> = before.iter().filter(|c| c.contains("bench/svc-3:")).cloned().collect();
+    let own: BTreeSet<String> = before.iter().filter(|c| c.contains("bench/svc-3/")).cloned().collect();
     assert!(own.len() >= 2, "Service 3 has a service chain and endpoint chains: {before:?}");
     tx.send(Event::Delete { kind: Kind::Service, namespace: "bench".into(), name: "svc-3".into() }).unwrap();
     let deleted = next(&reports);
@@ -111,18 +111,17 @@ fn without_deferral_an_old_kernel_refuses_the_deletion_with_ebusy_and_verdict_th
         );
         // The refusal switched deferring on: the retry flushes the chains, a second later a
         // transaction of its own deletes them.
-        let mut last = deleted;
         for _ in 0..4 {
             if service_chains(&ns).is_disjoint(&own) {
                 break;
             }
-            last = next(&reports);
-            assert!(last.error.is_none(), "with the deferral the kernel accepts every sync: {last:?}");
+            let sync = next(&reports);
+            assert!(sync.error.is_none(), "with the deferral the kernel accepts every sync: {sync:?}");
         }
     } else {
         assert!(deleted.error.is_none(), "kernel {} deletes map element and chain at once: {deleted:?}", release());
     }
-    let left: Vec<&String> = service_chains(&ns).intersection(&own).collect();
+    let left: Vec<String> = service_chains(&ns).intersection(&own).cloned().collect();
     assert!(left.is_empty(), "kernel {}: Service 3's chains are gone at the end: {left:?}", release());
 }
 
@@ -135,7 +134,7 @@ fn with_deferral_every_kernel_accepts_each_sync_and_the_chains_go() {
     assert!(own.is_subset(&service_chains(&ns)), "flushed first, kept until the next transaction");
     let tidied = next(&reports);
     assert!(tidied.error.is_none(), "kernel {}: the deferred deletion is accepted: {tidied:?}", release());
-    let left: Vec<&String> = service_chains(&ns).intersection(&own).collect();
+    let left: Vec<String> = service_chains(&ns).intersection(&own).cloned().collect();
     assert!(left.is_empty(), "kernel {}: deleted a second later: {left:?}", release());
 }
 

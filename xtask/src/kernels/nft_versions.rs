@@ -98,7 +98,9 @@ pub fn check(cache: &Path) -> Result<String> {
     args.push(&manifests);
     args.extend(flags.split_whitespace());
     crate::run::program_env("ip", &args, &[])?;
-    let mut report = String::from("| Debian | nft | `nft list table inet kube-proxy` | reloads with `nft -f` | lists the same after reload |\n|---|---|---|---|---|\n");
+    let mut report = String::from(
+        "| Debian | nft | `nft list table inet kube-proxy` | reloads with `nft -f` | lists the same after reload |\n|---|---|---|---|---|\n",
+    );
     let mut failed = Vec::new();
     for suite in SUITES {
         let nft = match Nft::unpack(cache, suite) {

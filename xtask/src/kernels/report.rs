@@ -122,7 +122,13 @@ pub fn failures(rows: &[Row]) -> String {
         for c in r.cells.iter().filter(|c| matches!(c.outcome, Outcome::Failed(_))) {
             let lines: Vec<&str> = c.log.lines().collect();
             let tail = &lines[lines.len().saturating_sub(60)..];
-            s.push_str(&format!("\n=== {} on {} ({}): FAILED ===\n{}\n", c.suite, r.kernel, r.release, tail.join("\n")));
+            s.push_str(&format!(
+                "\n=== {} on {} ({}): FAILED ===\n{}\n",
+                c.suite,
+                r.kernel,
+                r.release,
+                tail.join("\n")
+            ));
         }
     }
     s
