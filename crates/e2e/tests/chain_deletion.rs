@@ -1,9 +1,10 @@
 //! Deleting a Service deletes its map element and its chains. Kernels before 6.2 keep a chain
 //! busy for a moment after the last map element that jumps to it is deleted, so one transaction
 //! doing both is refused with `EBUSY`; verdict then defers chain deletions (`stale_chains.rs`).
-//! These tests expect what the running kernel's release says (`uname -r`): on an old kernel the
-//! `EBUSY` must be seen without the deferral and be gone with it; on a new one there is no
-//! `EBUSY` to see. `cargo xtask kernels` runs them on 5.10, 6.1 and 6.12.
+//! Without the deferral the Service's chains must go either at once or after one `EBUSY` that
+//! switches deferring on; with it, every sync must be accepted. (On Debian's 5.10.262 and
+//! 6.1.192 no `EBUSY` was seen in this shape: docs/testing.md.) `cargo xtask kernels` runs them
+//! on 5.10, 6.1 and 6.12.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -96,21 +97,19 @@ fn delete_service(ns: &Netns, defer: bool) -> (Sender<Event>, Receiver<SyncRepor
 }
 
 #[test]
-fn without_deferral_an_old_kernel_refuses_the_deletion_with_ebusy_and_verdict_then_defers() {
+fn without_deferral_the_chains_go_at_once_or_after_one_ebusy() {
     require_kernel!();
     let ns = Netns::new("ebusy").unwrap();
     let (_tx, reports, deleted, own) = delete_service(&ns, false);
-    let old = kernel_needs_deferred_chain_deletion(&release());
-    if old {
-        let error = deleted.error.clone().unwrap_or_default();
+    if let Some(error) = &deleted.error {
+        // The refusal that stale_chains.rs exists for: it must be this one, and it switches
+        // deferring on, so the retry flushes and a later transaction deletes.
         assert!(
             error.contains("EBUSY") && error.contains("delete chain"),
-            "kernel {}: deleting the map element and the chain in one transaction must be refused \
-             with EBUSY; the sync reported {deleted:?}",
+            "kernel {}: only EBUSY on a chain deletion is expected here: {error}",
             release()
         );
-        // The refusal switched deferring on: the retry flushes the chains, a second later a
-        // transaction of its own deletes them.
+        eprintln!("kernel {} (deferral expected: {}): EBUSY seen: {error}", release(), old_kernel());
         for _ in 0..4 {
             if service_chains(&ns).is_disjoint(&own) {
                 break;
@@ -119,10 +118,14 @@ fn without_deferral_an_old_kernel_refuses_the_deletion_with_ebusy_and_verdict_th
             assert!(sync.error.is_none(), "with the deferral the kernel accepts every sync: {sync:?}");
         }
     } else {
-        assert!(deleted.error.is_none(), "kernel {} deletes map element and chain at once: {deleted:?}", release());
+        eprintln!("kernel {} (deferral expected: {}): no EBUSY, deleted at once", release(), old_kernel());
     }
     let left: Vec<String> = service_chains(&ns).intersection(&own).cloned().collect();
     assert!(left.is_empty(), "kernel {}: Service 3's chains are gone at the end: {left:?}", release());
+}
+
+fn old_kernel() -> bool {
+    kernel_needs_deferred_chain_deletion(&release())
 }
 
 #[test]
@@ -139,12 +142,19 @@ fn with_deferral_every_kernel_accepts_each_sync_and_the_chains_go() {
 }
 
 /// The harness's own check (`cargo xtask kernels --self-test` runs ignored tests): it demands
-/// what only kernels from 6.2 on do, so on 5.10 and 6.1 it must be reported as FAILED.
+/// the `nf_hooks_lwtunnel` sysctl, which kernels have from 5.15 on, so on 5.10 it must be
+/// reported as FAILED (and pass on 6.1 and 6.12).
 #[test]
-#[ignore = "harness self-test: fails on kernels before 6.2 by design (cargo xtask kernels --self-test)"]
-fn self_test_one_transaction_deletes_map_element_and_chain() {
+#[ignore = "harness self-test: fails on kernels before 5.15 by design (cargo xtask kernels --self-test)"]
+fn self_test_the_kernel_has_the_5_15_nf_hooks_lwtunnel_sysctl() {
     require_kernel!();
     let ns = Netns::new("selftest").unwrap();
-    let (_tx, _reports, deleted, _own) = delete_service(&ns, false);
-    assert!(deleted.error.is_none(), "kernel {}: {}", release(), deleted.error.unwrap_or_default());
+    // Netfilter sysctls are per namespace: a fresh one shows what the kernel itself offers.
+    let out = ns.exec(&["sysctl", "-n", "net.netfilter.nf_hooks_lwtunnel"]).unwrap();
+    assert!(
+        out.status.success(),
+        "kernel {}: no net.netfilter.nf_hooks_lwtunnel: {}",
+        release(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
 }

@@ -30,7 +30,8 @@ impl Nft {
             copy_tree(&root.join("pkgs").join(&package), &root.join("root"))?;
         }
         let r = root.join("root");
-        let loader = ["lib64/ld-linux-x86-64.so.2", "usr/lib64/ld-linux-x86-64.so.2"]
+        // The multiarch path first: /lib64's entry is an absolute symlink, into the host's libc.
+        let loader = ["lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"]
             .iter()
             .map(|p| r.join(p))
             .find(|p| p.exists())
