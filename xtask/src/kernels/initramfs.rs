@@ -10,13 +10,14 @@ use std::path::Path;
 /// Module directories loaded whole: everything netfilter (nf_tables, its expressions, conntrack,
 /// NAT, x_tables for the leftovers tests), and what the VM itself needs to mount its root.
 const TREES: &[&str] = &["kernel/net/netfilter/", "kernel/net/ipv4/netfilter/", "kernel/net/ipv6/netfilter/"];
-/// Single modules, by name: veth, bridge and dummy for the tests' topologies,
+/// Single modules, by name: veth, bridge (with br_netfilter) and dummy for the tests' topologies,
 /// 9p over virtio and overlayfs for the root, sctp for the SCTP packet tests, and crc32c, which
 /// libcrc32c (conntrack, NAT) asks for only as a soft dependency that modules.dep does not list.
 const SINGLE: &[&str] = &[
     "crc32c_generic",
     "veth",
     "bridge",
+    "br_netfilter",
     "dummy",
     "9p",
     "9pnet_virtio",
