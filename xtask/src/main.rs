@@ -8,6 +8,7 @@
 //! cargo xtask e2e     a two-node namespace cluster with verdict daemons and the test API server
 //! cargo xtask e2e --kind [--dry-run]   the same scenarios on a kind cluster (Docker)
 //! cargo xtask e2e --containers         the namespace cluster, each agent a container of the image
+//! cargo xtask kernels the kernel and packet suites on Debian's 5.10, 6.1 and 6.12 kernels, in QEMU
 //! cargo xtask image   the container image, with docker or podman (--prebuilt, --base-from-debootstrap)
 //! ```
 //!
@@ -16,6 +17,7 @@
 
 mod deps;
 mod image;
+mod kernels;
 mod kind;
 mod run;
 
@@ -37,8 +39,9 @@ fn real_main() -> Result<()> {
         "bench" => bench(rest),
         "e2e" => e2e(rest),
         "image" => image::image(rest),
+        "kernels" => kernels::kernels(rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <test|demo|bench|e2e|image> [args]\n");
+            println!("usage: cargo xtask <test|demo|bench|e2e|image|kernels> [args]\n");
             println!("  test    install missing packages (as root), build, run every test and the e2e scenarios");
             println!("  demo    a two-node namespace cluster with verdict agents: a Service created, scaled, deleted");
             println!("  bench   cold sync and one-endpoint change: verdict over netlink vs nft -f");
@@ -52,6 +55,9 @@ fn real_main() -> Result<()> {
             println!(
                 "          [--prebuilt] (from the host's binary) [--base-from-debootstrap [--mirror URL]] (no registry)"
             );
+            println!("  kernels the kernel and packet suites in QEMU on Debian's kernels: [--kernel 5.10,6.1,6.12]");
+            println!("          [--ci] [--suites a,b] [--accel tcg|kvm] [--cpus N] [--memory MiB] [--suite-timeout S]");
+            println!("          [--self-test] [--command CMD] [--fetch-only]");
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),

@@ -1,0 +1,86 @@
+//! Which test executables run inside the VMs: the kernel and packet suites of
+//! `cargo test --workspace --release`, built once on the host and found from cargo's JSON.
+
+use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// A test executable and the directory cargo would run it in (its package's root).
+#[derive(Clone, Debug)]
+pub struct Suite {
+    pub name: String,
+    pub exe: PathBuf,
+    pub dir: PathBuf,
+}
+
+/// The suites that exercise the kernel: the integration tests of `verdict-e2e` that program
+/// nftables or send packets, and the netlink and conntrack unit tests. Left out: suites that
+/// need no kernel (they prove nothing new on another one) and the long timing runs (`churn`,
+/// `latency`: measurements, and under TCG only a measure of the emulator).
+pub const ALL: &[&str] = &[
+    "kernel_golden",
+    "kernel_ruleset",
+    "kernel_incremental",
+    "chain_deletion",
+    "packets_core",
+    "packets_scale",
+    "scenarios",
+    "conntrack",
+    "stale_udp",
+    "leftovers",
+    "controller_loop",
+    "faults",
+    "firewalls",
+    "dual_stack",
+    "verdict_nft",
+    "verdict_conntrack",
+];
+
+/// What `.ci/run` runs on 6.1 (docs/testing.md says why these).
+pub const CI: &[&str] =
+    &["kernel_golden", "kernel_ruleset", "chain_deletion", "packets_core", "conntrack", "leftovers", "controller_loop"];
+
+/// Builds the test executables (once, on the host) and returns those named in `wanted`.
+pub fn build(wanted: &[String]) -> Result<Vec<Suite>> {
+    let root = crate::run::workspace_root()?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["test", "--workspace", "--release", "--no-run", "--message-format=json-render-diagnostics"])
+        .current_dir(&root)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("cargo test --no-run failed");
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let (Some(exe), Some(manifest)) = (field(line, "executable"), field(line, "manifest_path")) else {
+            continue;
+        };
+        let target = line.split_once("\"target\":").map_or("", |(_, t)| t);
+        let Some(name) = field(target, "name") else { continue };
+        let lib = target.contains("\"kind\":[\"lib\"]");
+        // Unit tests of a library are named after its crate (`verdict_nft`), as cargo prints them.
+        let name = if lib { name.replace('-', "_") } else { name };
+        if wanted.contains(&name) {
+            let dir = PathBuf::from(manifest).parent().map(PathBuf::from).unwrap_or_default();
+            found.push(Suite { name, exe: PathBuf::from(exe), dir });
+        }
+    }
+    for w in wanted {
+        if !found.iter().any(|s| &s.name == w) {
+            bail!("no test executable named {w} in `cargo test --workspace --no-run`");
+        }
+    }
+    found.sort_by_key(|s| wanted.iter().position(|w| *w == s.name));
+    Ok(found)
+}
+
+/// A string field of one line of cargo's JSON (first occurrence; cargo escapes no `"` in paths
+/// and names it prints).
+fn field(json: &str, key: &str) -> Option<String> {
+    let start = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let end = json[start..].find('"')? + start;
+    Some(json[start..end].replace("\\\\", "\\"))
+}
