@@ -248,16 +248,15 @@ impl DesiredTable {
     }
 
     fn remove_element(&mut self, set: &str, key: Blob) {
-        if is_shared(set) {
-            if let Some(per_set) = self.shared.get_mut(set) {
-                if let Some(n) = per_set.get_mut(&key) {
-                    *n -= 1;
-                    if *n <= 1 {
-                        per_set.remove(&key);
-                    }
-                    return;
-                }
+        if is_shared(set)
+            && let Some(per_set) = self.shared.get_mut(set)
+            && let Some(n) = per_set.get_mut(&key)
+        {
+            *n -= 1;
+            if *n <= 1 {
+                per_set.remove(&key);
             }
+            return;
         }
         self.touch_element(set, key);
         if let Some(s) = self.ruleset.sets.get_mut(set) {
