@@ -179,8 +179,8 @@ fn plan(suites: &[suites::Suite], opts: &Options) -> String {
          export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root\n\
          export VERDICT_REQUIRE_KERNEL=1 VERDICT_REQUIRE_IPTABLES=1 RUST_BACKTRACE=1\n\
          now() { cut -d' ' -f1 /proc/uptime; }\n\
-         run() {\n  name=$1; shift\n  echo \"verdict-vm: suite $name\" > /dev/console\n  t0=$(now)\n\
-         \x20 \"$@\" > /verdict-out/$name.log 2>&1 < /dev/null\n  rc=$?\n\
+         run() {\n  name=$1; dir=$2; shift 2\n  echo \"verdict-vm: suite $name\" > /dev/console\n  t0=$(now)\n\
+         \x20 (cd \"$dir\" && exec \"$@\") > /verdict-out/$name.log 2>&1 < /dev/null\n  rc=$?\n\
          \x20 echo \"$(now) $t0\" | awk '{print $1 - $2}' > /verdict-out/$name.secs\n\
          \x20 echo $rc > /verdict-out/$name.rc\n  echo \"verdict-vm: suite $name exit $rc\" > /dev/console\n}\n",
     );
@@ -190,15 +190,16 @@ fn plan(suites: &[suites::Suite], opts: &Options) -> String {
     for suite in suites {
         let _ = writeln!(
             s,
-            "cd {} && run {} timeout -k 10 {limit} {}{extra}",
-            quote(&suite.dir),
+            // A directory the guest cannot enter fails the suite with the reason in its log.
+            "run {} {} timeout -k 10 {limit} {}{extra}",
             suite.name,
+            quote(&suite.dir),
             quote(&suite.exe)
         );
     }
     if let Some(cmd) = &opts.command {
         let root = crate::run::workspace_root().unwrap_or_else(|_| PathBuf::from("/"));
-        let _ = writeln!(s, "cd {} && run command timeout -k 10 {limit} sh -c {}", quote(&root), shell_quote(cmd));
+        let _ = writeln!(s, "run command {} timeout -k 10 {limit} sh -c {}", quote(&root), shell_quote(cmd));
     }
     s
 }

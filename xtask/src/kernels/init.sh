@@ -31,7 +31,9 @@ for d in proc sys dev; do mount --bind /$d /newroot/$d; done
 mkdir -p /newroot/dev/pts /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
 mount -t tmpfs shm /newroot/dev/shm
-for d in tmp run var/run var/tmp; do [ -L /newroot/$d ] || mount -t tmpfs -o mode=1777 tmp /newroot/$d; done
+# A fresh /run (no host netns or lock files). /tmp stays the overlay's: writes there already
+# go to the tmpfs upper layer, and a checkout under /tmp (as CI's may be) must stay visible.
+for d in run var/run; do [ -L /newroot/$d ] || mount -t tmpfs -o mode=1777 tmp /newroot/$d; done
 mkdir -p /newroot/run/netns /newroot/verdict-out
 mount --bind /out /newroot/verdict-out
 echo "verdict-vm: running plan"
