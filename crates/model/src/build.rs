@@ -435,12 +435,13 @@ fn collect_endpoints<S: SliceView>(
                         continue;
                     }
                 };
-                let ready = ep.ready().unwrap_or(true);
+                let conditions = ep.conditions();
+                let ready = conditions.ready.unwrap_or(true);
                 endpoints.push(Endpoint {
                     target: EndpointTarget { addr, port },
                     ready,
-                    serving: ep.serving().unwrap_or(ready),
-                    terminating: ep.terminating().unwrap_or(false),
+                    serving: conditions.serving.unwrap_or(ready),
+                    terminating: conditions.terminating.unwrap_or(false),
                     is_local: ep.node_name() == Some(node.name.as_str()),
                     hints: TopologyHints::boxed(
                         ep.zone_hints().map(<[String]>::to_vec).unwrap_or_default(),

@@ -35,12 +35,18 @@ pub(crate) trait SliceView {
     fn endpoints(&self) -> &[Self::Endpoint];
 }
 
+/// An endpoint's `conditions`, as written (absent: `None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Conditions {
+    pub ready: Option<bool>,
+    pub serving: Option<bool>,
+    pub terminating: Option<bool>,
+}
+
 /// One endpoint of a slice as the builder reads it.
 pub(crate) trait EndpointView {
     fn address(&self) -> Option<Address<'_>>;
-    fn ready(&self) -> Option<bool>;
-    fn serving(&self) -> Option<bool>;
-    fn terminating(&self) -> Option<bool>;
+    fn conditions(&self) -> Conditions;
     fn node_name(&self) -> Option<&str>;
     fn zone_hints(&self) -> Option<&[String]>;
     fn node_hints(&self) -> Option<&[String]>;
@@ -88,14 +94,8 @@ impl EndpointView for source::Endpoint {
     fn address(&self) -> Option<Address<'_>> {
         self.addresses.first().map(|a| Address::Text(a))
     }
-    fn ready(&self) -> Option<bool> {
-        self.ready
-    }
-    fn serving(&self) -> Option<bool> {
-        self.serving
-    }
-    fn terminating(&self) -> Option<bool> {
-        self.terminating
+    fn conditions(&self) -> Conditions {
+        Conditions { ready: self.ready, serving: self.serving, terminating: self.terminating }
     }
     fn node_name(&self) -> Option<&str> {
         self.node_name.as_deref()
@@ -140,9 +140,7 @@ pub(crate) struct StoredSlice {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct StoredEndpoint {
     address: StoredAddress,
-    ready: Option<bool>,
-    serving: Option<bool>,
-    terminating: Option<bool>,
+    conditions: Conditions,
     node_name: Option<Arc<str>>,
     hints: Option<Box<Hints>>,
 }
@@ -184,9 +182,7 @@ impl StoredSlice {
             .iter()
             .map(|ep| StoredEndpoint {
                 address: StoredAddress::new(ep.addresses.first()),
-                ready: ep.ready,
-                serving: ep.serving,
-                terminating: ep.terminating,
+                conditions: ep.conditions(),
                 node_name: ep.node_name.as_deref().map(|n| names.intern(n)),
                 hints: (ep.zone_hints.is_some() || ep.node_hints.is_some())
                     .then(|| Box::new(Hints { zones: ep.zone_hints.clone(), nodes: ep.node_hints.clone() })),
@@ -241,14 +237,8 @@ impl EndpointView for StoredEndpoint {
             StoredAddress::Text(raw) => Some(Address::Text(raw)),
         }
     }
-    fn ready(&self) -> Option<bool> {
-        self.ready
-    }
-    fn serving(&self) -> Option<bool> {
-        self.serving
-    }
-    fn terminating(&self) -> Option<bool> {
-        self.terminating
+    fn conditions(&self) -> Conditions {
+        self.conditions
     }
     fn node_name(&self) -> Option<&str> {
         self.node_name.as_deref()
@@ -313,7 +303,8 @@ mod tests {
         assert_eq!((view.namespace(), view.name(), view.address_type()), ("ns", "web-1", "IPv4"));
         let first = &view.endpoints()[0];
         assert!(matches!(first.address(), Some(Address::Ip(ip)) if ip.to_string() == "10.0.0.1"));
-        assert_eq!((first.ready(), first.serving(), first.node_name()), (a.ready, a.serving, Some("node-a")));
+        assert_eq!((first.conditions(), first.node_name()), (a.conditions(), Some("node-a")));
+        assert_eq!(first.conditions().ready, Some(false));
         assert_eq!(first.zone_hints(), Some(&["z1".to_string()][..]));
         assert_eq!(first.node_hints(), None);
         assert!(view.endpoints()[2].address().is_none());
