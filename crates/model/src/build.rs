@@ -1,6 +1,6 @@
 //! Building the model from source records: validation, then Kubernetes semantics.
 
-use crate::claims::ClaimIndex;
+use crate::claims::{ClaimIndex, PortClaims};
 use crate::endpoints::{SelectionInput, select};
 use crate::net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
@@ -73,7 +73,7 @@ pub fn build_model(
         let svc_slices =
             slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
         for port in build_service(&model.node, &families, svc, svc_slices, &mut problems) {
-            claims.register(&port);
+            claims.register(&PortClaims::of(&port));
             raw.push(port);
         }
     }
