@@ -400,7 +400,7 @@ fn collect_endpoints<S: SliceView>(
         }
         for slice_port in slice.ports() {
             let protocol = Protocol::parse_k8s(&slice_port.protocol);
-            if slice_port.name != name.port || protocol != Some(name.protocol) {
+            if *slice_port.name != *name.port || protocol != Some(name.protocol) {
                 continue;
             }
             let Some(port) = slice_port.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p > 0) else {

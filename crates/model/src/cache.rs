@@ -105,6 +105,26 @@ impl ModelCache {
         }
     }
 
+    /// The Services held, as (namespace, name): what a relist compares its objects with.
+    pub fn service_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.services.keys().map(|(ns, name)| (ns.as_str(), name.as_str()))
+    }
+
+    /// The EndpointSlices held, as (namespace, name).
+    pub fn slice_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.slices.keys().map(|(ns, name)| (ns.as_str(), name.as_str()))
+    }
+
+    /// The ServiceCIDR objects held.
+    pub fn service_cidr_names(&self) -> impl Iterator<Item = &str> {
+        self.service_cidr_objects.keys().map(String::as_str)
+    }
+
+    /// The Node held, if any.
+    pub fn node_name(&self) -> Option<&str> {
+        self.node.as_ref().map(|n| n.name.as_str())
+    }
+
     /// The model as of the last [`ModelCache::rebuild`].
     pub fn model(&self) -> &ProxyModel {
         &self.model
