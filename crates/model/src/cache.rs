@@ -83,6 +83,7 @@ fn claims_only(port: &ServicePort) -> ServicePort {
         endpoints: Vec::new(),
         v4: Default::default(),
         v6: Default::default(),
+        counted: port.counted,
     }
 }
 
@@ -260,7 +261,14 @@ impl ModelCache {
                 })
                 .unwrap_or_default();
             let mut problems = Vec::new();
-            let ports = build_service(&self.model.node, &families, svc, &slices, &mut problems);
+            let ports = build_service(
+                &self.model.node,
+                &families,
+                &self.model.config.service_counters,
+                svc,
+                &slices,
+                &mut problems,
+            );
             for p in &ports {
                 self.claims.register(p);
             }

@@ -50,6 +50,9 @@ fn set_block(set: &Set) -> String {
         let _ = writeln!(out, "\t\tflags dynamic,timeout");
         let _ = writeln!(out, "\t\ttimeout {}", duration(t));
     }
+    if d.counter {
+        let _ = writeln!(out, "\t\tcounter");
+    }
     if let Some(c) = &d.comment {
         let _ = writeln!(out, "\t\tcomment {}", quote(c));
     }
@@ -347,6 +350,9 @@ pub fn script(tx: &Transaction) -> String {
                 if let Some(timeout) = d.timeout {
                     body.push("flags dynamic,timeout".into());
                     body.push(format!("timeout {}", duration(timeout)));
+                }
+                if d.counter {
+                    body.push("counter".into());
                 }
                 if let Some(c) = &d.comment {
                     body.push(format!("comment {}", quote(c)));
