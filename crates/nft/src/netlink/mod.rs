@@ -11,6 +11,7 @@
 mod elements;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
+pub mod counters;
 pub mod firewalls;
 mod foreign;
 mod glue;
