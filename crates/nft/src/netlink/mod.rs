@@ -8,10 +8,10 @@
 //! are split below the 64 KiB attribute limit. A transaction the kernel refuses changes
 //! nothing, and the error names the operation, the object and the errno.
 
+pub mod counters;
 mod elements;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
-pub mod counters;
 pub mod firewalls;
 mod foreign;
 mod glue;
