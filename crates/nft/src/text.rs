@@ -119,6 +119,11 @@ fn elements(d: &SetDecl, elems: &std::collections::BTreeMap<Blob, Elem>) -> Stri
             out.push_str(if i % per_line == 0 { ",\n\t\t\t     " } else { ", " });
         }
         out.push_str(&values(&key_types, key.as_slice()));
+        if d.counter {
+            // What nft lists for a freshly programmed element (the values live in the kernel
+            // only, see `netlink::counters`); nft reloads it as a zeroed counter.
+            out.push_str(" counter packets 0 bytes 0");
+        }
         if let Some(c) = &elem.comment {
             let _ = write!(out, " comment {}", quote(c));
         }
