@@ -387,3 +387,23 @@ impl ServicePort {
         self.node_port.is_some() || !self.external_ips.is_empty() || !self.load_balancer_ips.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ServiceCounters;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn labelled_counters_need_every_requirement() {
+        let labels = BTreeMap::from([("team".to_string(), "a".to_string()), ("tier".to_string(), "web".to_string())]);
+        let sel = |reqs: &[(&str, Option<&str>)]| {
+            ServiceCounters::Labelled(reqs.iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect())
+        };
+        assert!(sel(&[("team", Some("a"))]).counts(&labels));
+        assert!(sel(&[("team", None), ("tier", Some("web"))]).counts(&labels));
+        assert!(!sel(&[("team", Some("b"))]).counts(&labels));
+        assert!(!sel(&[("team", Some("a")), ("owner", None)]).counts(&labels));
+        assert!(ServiceCounters::All.counts(&BTreeMap::new()));
+        assert!(!ServiceCounters::Off.counts(&labels));
+    }
+}
