@@ -133,7 +133,9 @@ pub struct SyncLoop {
     looked_for_state: bool,
     stopping: bool,
     listed: HashSet<Kind>,
-    inventory: BTreeMap<Kind, HashSet<Key>>,
+    /// What each relist in progress has delivered so far: when it ends, the objects the cache
+    /// holds but the relist did not deliver are gone. (The cache is the inventory: a copy of
+    /// every object's name here cost 160 bytes per Service.)
     relisting: BTreeMap<Kind, HashSet<Key>>,
     dirty_since: Option<Instant>,
     last_sync_end: Option<Instant>,
@@ -181,7 +183,6 @@ impl SyncLoop {
             table: None,
             needs_full: true,
             listed: HashSet::new(),
-            inventory: BTreeMap::new(),
             relisting: BTreeMap::new(),
             dirty_since: None,
             last_sync_end: None,
@@ -319,24 +320,43 @@ impl SyncLoop {
         metrics::gauge!(m::LAST_QUEUED).set(unix_now());
     }
 
-    fn seen(&mut self, kind: Kind, key: Key) {
+    fn seen(&mut self, kind: Kind, key: impl FnOnce() -> Key) {
         if let Some(set) = self.relisting.get_mut(&kind) {
-            set.insert(key.clone());
+            set.insert(key());
         }
-        self.inventory.entry(kind).or_default().insert(key);
+    }
+
+    fn holds_any(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::Service => self.cache.service_names().next().is_some(),
+            Kind::EndpointSlice => self.cache.slice_names().next().is_some(),
+            Kind::Node => self.cache.node_name().is_some(),
+            Kind::ServiceCidr => self.cache.service_cidr_names().next().is_some(),
+        }
+    }
+
+    /// The objects of `kind` the cache holds.
+    fn held(&self, kind: Kind) -> Vec<Key> {
+        let owned = |(ns, name): (&str, &str)| (ns.to_string(), name.to_string());
+        match kind {
+            Kind::Service => self.cache.service_names().map(owned).collect(),
+            Kind::EndpointSlice => self.cache.slice_names().map(owned).collect(),
+            Kind::Node => self.cache.node_name().map(|n| (String::new(), n.to_string())).into_iter().collect(),
+            Kind::ServiceCidr => self.cache.service_cidr_names().map(|n| (String::new(), n.to_string())).collect(),
+        }
     }
 
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Apply(Object::Service(s)) => {
-                self.seen(Kind::Service, (s.namespace.clone(), s.name.clone()));
+                self.seen(Kind::Service, || (s.namespace.clone(), s.name.clone()));
                 self.cache.upsert_service(s);
                 self.pending_service_changes += 1;
                 metrics::counter!(m::SERVICE_CHANGES_TOTAL).increment(1);
                 self.queued();
             }
             Event::Apply(Object::EndpointSlice(e)) => {
-                self.seen(Kind::EndpointSlice, (e.namespace.clone(), e.name.clone()));
+                self.seen(Kind::EndpointSlice, || (e.namespace.clone(), e.name.clone()));
                 if let Some(t) = e.trigger_time.filter(|t| *t >= self.started) {
                     self.triggers.push(t);
                 }
@@ -346,13 +366,13 @@ impl SyncLoop {
                 self.queued();
             }
             Event::Apply(Object::Node(n)) => {
-                self.seen(Kind::Node, (String::new(), n.name.clone()));
+                self.seen(Kind::Node, || (String::new(), n.name.clone()));
                 self.health.set_node_eligible(!n.deleting && !n.taints.iter().any(|t| t == TO_BE_DELETED_TAINT));
                 self.cache.set_node(Some(n));
                 self.queued();
             }
             Event::Apply(Object::ServiceCidr(c)) => {
-                self.seen(Kind::ServiceCidr, (String::new(), c.name.clone()));
+                self.seen(Kind::ServiceCidr, || (String::new(), c.name.clone()));
                 self.cache.upsert_service_cidr(c);
                 self.queued();
             }
@@ -361,15 +381,15 @@ impl SyncLoop {
                 self.queued();
             }
             Event::InitStart(kind) => {
-                self.relisting.insert(kind, HashSet::new());
+                // The first list of a kind cannot miss anything: nothing is held yet, and no
+                // copy of its names is kept.
+                if self.holds_any(kind) {
+                    self.relisting.insert(kind, HashSet::new());
+                }
             }
             Event::InitDone(kind) => {
                 if let Some(seen) = self.relisting.remove(&kind) {
-                    let gone: Vec<Key> = self
-                        .inventory
-                        .get(&kind)
-                        .map(|inv| inv.difference(&seen).cloned().collect())
-                        .unwrap_or_default();
+                    let gone: Vec<Key> = self.held(kind).into_iter().filter(|k| !seen.contains(k)).collect();
                     for (ns, name) in gone {
                         self.delete(kind, &ns, &name);
                         self.queued();
@@ -394,9 +414,6 @@ impl SyncLoop {
     }
 
     fn delete(&mut self, kind: Kind, namespace: &str, name: &str) {
-        if let Some(inv) = self.inventory.get_mut(&kind) {
-            inv.remove(&(namespace.to_string(), name.to_string()));
-        }
         match kind {
             Kind::Service => {
                 self.cache.remove_service(namespace, name);

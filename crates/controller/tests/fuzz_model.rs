@@ -137,7 +137,7 @@ fn left_out_silently(input: &Input, out: &BuildOutput) -> Vec<String> {
             .model
             .services
             .values()
-            .filter(|p| p.name.namespace == slice.namespace && p.name.name == slice.service_name);
+            .filter(|p| *p.name.namespace == *slice.namespace && *p.name.name == *slice.service_name);
         for port in ports {
             let Some(v4) = (match slice.address_type.as_str() {
                 "IPv4" => Some(true),
@@ -151,7 +151,7 @@ fn left_out_silently(input: &Input, out: &BuildOutput) -> Vec<String> {
                 continue;
             };
             let matching = slice.ports.iter().filter(|sp| {
-                sp.name == port.name.port && Protocol::parse_k8s(&sp.protocol) == Some(port.name.protocol)
+                *sp.name == *port.name.port && Protocol::parse_k8s(&sp.protocol) == Some(port.name.protocol)
             });
             for sp in matching {
                 let Some(number) = sp.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p > 0) else {

@@ -189,7 +189,7 @@ fn a_change_costs_the_same_with_10_or_10000_services() {
         let mut table = DesiredTable::new(&model, &RenderOptions::default());
         slices[n / 2] = synth::slice(n / 2, 10, 150_000, 7);
         let new_model = build(&services, &slices);
-        let name = new_model.services.keys().find(|k| k.name == format!("svc-{}", n / 2)).unwrap().clone();
+        let name = new_model.services.keys().find(|k| *k.name == *format!("svc-{}", n / 2)).unwrap().clone();
         let started = std::time::Instant::now();
         table.update(model.services.get(&name).map(|p| &**p), new_model.services.get(&name).map(|p| &**p));
         let tx = table.plan();

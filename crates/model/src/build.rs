@@ -1,6 +1,6 @@
 //! Building the model from source records: validation, then Kubernetes semantics.
 
-use crate::claims::ClaimIndex;
+use crate::claims::{ClaimIndex, PortClaims};
 use crate::endpoints::{SelectionInput, select};
 use crate::net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
@@ -76,7 +76,7 @@ pub fn build_model(
         for port in
             build_service(&model.node, &families, &model.config.service_counters, svc, svc_slices, &mut problems)
         {
-            claims.register(&port);
+            claims.register(&PortClaims::of(&port));
             raw.push(port);
         }
     }
@@ -405,7 +405,7 @@ fn collect_endpoints<S: SliceView>(
         }
         for slice_port in slice.ports() {
             let protocol = Protocol::parse_k8s(&slice_port.protocol);
-            if slice_port.name != name.port || protocol != Some(name.protocol) {
+            if *slice_port.name != *name.port || protocol != Some(name.protocol) {
                 continue;
             }
             let Some(port) = slice_port.port.and_then(|p| u16::try_from(p).ok()).filter(|p| *p > 0) else {

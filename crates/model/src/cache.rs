@@ -3,7 +3,7 @@
 //! which Service ports changed (old and new), which is all the nftables side needs.
 
 use crate::build::{build_service, node_facts, select_endpoints};
-use crate::claims::ClaimIndex;
+use crate::claims::{ClaimIndex, PortClaims};
 use crate::problem::Problem;
 use crate::slices::{Interner, StoredSlice, StoredSliceRef};
 use crate::source;
@@ -52,7 +52,7 @@ pub struct ModelCache {
     /// settled from. The endpoints are not kept here (the full port lives once, in the model):
     /// a second copy of every port's endpoints and their selection cost 7% of the agent's
     /// settled memory at 10k Services x 10 endpoints.
-    raw: BTreeMap<Key, Vec<ServicePort>>,
+    raw: BTreeMap<Key, Vec<PortClaims>>,
     problems: BTreeMap<Key, Vec<Problem>>,
     claim_problems: BTreeMap<ServicePortName, Vec<Problem>>,
     claims: ClaimIndex,
@@ -63,39 +63,6 @@ pub struct ModelCache {
 
 fn key(ns: &str, name: &str) -> Key {
     (ns.to_string(), name.to_string())
-}
-
-/// A port without what ownership does not depend on (endpoints and their selection, source
-/// ranges).
-fn claims_only(port: &ServicePort) -> ServicePort {
-    ServicePort {
-        name: port.name.clone(),
-        port: port.port,
-        cluster_ips: port.cluster_ips.clone(),
-        node_port: port.node_port,
-        external_ips: port.external_ips.clone(),
-        load_balancer_ips: port.load_balancer_ips.clone(),
-        source_ranges: Vec::new(),
-        external_policy_local: port.external_policy_local,
-        internal_policy_local: port.internal_policy_local,
-        affinity_timeout: port.affinity_timeout,
-        health_check_node_port: port.health_check_node_port,
-        endpoints: Vec::new(),
-        v4: Default::default(),
-        v6: Default::default(),
-        counted: port.counted,
-    }
-}
-
-/// `settled` with the claims it was built with.
-fn with_claims(settled: &ServicePort, claims: &ServicePort) -> ServicePort {
-    ServicePort {
-        cluster_ips: claims.cluster_ips.clone(),
-        external_ips: claims.external_ips.clone(),
-        load_balancer_ips: claims.load_balancer_ips.clone(),
-        node_port: claims.node_port,
-        ..settled.clone()
-    }
 }
 
 impl ModelCache {
@@ -136,6 +103,26 @@ impl ModelCache {
         if self.service_cidr_objects.remove(name).is_some() {
             self.facts_dirty = true;
         }
+    }
+
+    /// The Services held, as (namespace, name): what a relist compares its objects with.
+    pub fn service_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.services.keys().map(|(ns, name)| (ns.as_str(), name.as_str()))
+    }
+
+    /// The EndpointSlices held, as (namespace, name).
+    pub fn slice_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.slices.keys().map(|(ns, name)| (ns.as_str(), name.as_str()))
+    }
+
+    /// The ServiceCIDR objects held.
+    pub fn service_cidr_names(&self) -> impl Iterator<Item = &str> {
+        self.service_cidr_objects.keys().map(String::as_str)
+    }
+
+    /// The Node held, if any.
+    pub fn node_name(&self) -> Option<&str> {
+        self.node.as_ref().map(|n| n.name.as_str())
     }
 
     /// The model as of the last [`ModelCache::rebuild`].
@@ -269,16 +256,17 @@ impl ModelCache {
                 &slices,
                 &mut problems,
             );
-            for p in &ports {
-                self.claims.register(p);
+            let claims: Vec<PortClaims> = ports.iter().map(PortClaims::of).collect();
+            for c in &claims {
+                self.claims.register(c);
             }
-            for p in &ports {
-                affected.extend(self.claims.rivals(p));
+            for c in &claims {
+                affected.extend(self.claims.rivals(c));
             }
             if !problems.is_empty() {
                 self.problems.insert(k.clone(), problems);
             }
-            self.raw.insert(k, ports.iter().map(claims_only).collect());
+            self.raw.insert(k, claims);
             for port in ports {
                 affected.insert(port.name.clone());
                 fresh.insert(port.name.clone(), port);
@@ -292,7 +280,7 @@ impl ModelCache {
                 // (a rival that went away may give some back).
                 let (raw, reselect) = match fresh.remove(&name) {
                     Some(port) => (port, false),
-                    None => (with_claims(self.model.services.get(&name)?, claims), true),
+                    None => (claims.restore(self.model.services.get(&name)?), true),
                 };
                 let (mut port, problems) = self.claims.settle(&raw);
                 if reselect || !problems.is_empty() {

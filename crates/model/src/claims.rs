@@ -16,20 +16,56 @@ pub(crate) enum Claim {
     NodePort(Protocol, u16),
 }
 
-/// The keys a port wants, before ownership is settled.
-pub(crate) fn wanted(port: &ServicePort) -> BTreeSet<Claim> {
-    let p = port.protocol();
-    let mut out: BTreeSet<Claim> = port
-        .cluster_ips
-        .iter()
-        .chain(&port.external_ips)
-        .chain(&port.load_balancer_ips)
-        .map(|ip| Claim::Address(*ip, p, port.port))
-        .collect();
-    if let Some(np) = port.node_port {
-        out.insert(Claim::NodePort(p, np));
+/// What a port claims, as built (before ownership is settled): all the cache keeps of a port
+/// to settle ownership from, a fifth of the size of the port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PortClaims {
+    pub name: ServicePortName,
+    pub port: u16,
+    pub cluster_ips: Box<[IpAddr]>,
+    pub node_port: Option<u16>,
+    pub external_ips: Box<[IpAddr]>,
+    pub load_balancer_ips: Box<[IpAddr]>,
+}
+
+impl PortClaims {
+    pub fn of(port: &ServicePort) -> PortClaims {
+        PortClaims {
+            name: port.name.clone(),
+            port: port.port,
+            cluster_ips: port.cluster_ips.as_slice().into(),
+            node_port: port.node_port,
+            external_ips: port.external_ips.as_slice().into(),
+            load_balancer_ips: port.load_balancer_ips.as_slice().into(),
+        }
     }
-    out
+
+    /// `settled` with these claims back (a rival that went away may give some back).
+    pub fn restore(&self, settled: &ServicePort) -> ServicePort {
+        ServicePort {
+            cluster_ips: self.cluster_ips.to_vec(),
+            external_ips: self.external_ips.to_vec(),
+            load_balancer_ips: self.load_balancer_ips.to_vec(),
+            node_port: self.node_port,
+            ..settled.clone()
+        }
+    }
+
+    /// The keys the port wants.
+    fn wanted(&self) -> BTreeSet<Claim> {
+        let p = self.name.protocol;
+        let mut out: BTreeSet<Claim> = self
+            .cluster_ips
+            .iter()
+            .chain(&self.external_ips)
+            .chain(&self.load_balancer_ips)
+            .map(|ip| Claim::Address(*ip, p, self.port))
+            .collect();
+        if let Some(np) = self.node_port {
+            out.insert(Claim::NodePort(p, np));
+        }
+        out
+    }
 }
 
 /// Every claim and who wants it.
@@ -42,8 +78,8 @@ pub(crate) struct ClaimIndex {
 
 impl ClaimIndex {
     /// Registers `port`'s wishes.
-    pub fn register(&mut self, port: &ServicePort) {
-        for c in wanted(port) {
+    pub fn register(&mut self, port: &PortClaims) {
+        for c in port.wanted() {
             let names = self.contenders.entry(c).or_default();
             if let Err(at) = names.binary_search(&port.name) {
                 names.insert(at, port.name.clone());
@@ -53,8 +89,8 @@ impl ClaimIndex {
     }
 
     /// Withdraws `port`'s wishes.
-    pub fn unregister(&mut self, port: &ServicePort) {
-        for c in wanted(port) {
+    pub fn unregister(&mut self, port: &PortClaims) {
+        for c in port.wanted() {
             if let Some(set) = self.contenders.get_mut(&c) {
                 if let Ok(at) = set.binary_search(&port.name) {
                     set.remove(at);
@@ -67,8 +103,8 @@ impl ClaimIndex {
     }
 
     /// Everybody who wants one of `port`'s keys (whose ownership may change with it).
-    pub fn rivals(&self, port: &ServicePort) -> BTreeSet<ServicePortName> {
-        wanted(port).iter().filter_map(|c| self.contenders.get(c)).flatten().cloned().collect()
+    pub fn rivals(&self, port: &PortClaims) -> BTreeSet<ServicePortName> {
+        port.wanted().iter().filter_map(|c| self.contenders.get(c)).flatten().cloned().collect()
     }
 
     fn owner(&self, c: &Claim) -> Option<&ServicePortName> {

@@ -5,7 +5,7 @@
 //! failure, periodically), and `crate::desired::DesiredTable` records what it touched since the
 //! last commit. [`emit`] orders the operations the kernel's way for both.
 
-use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set, SetDecl};
+use crate::ruleset::{Blob, Chain, Elem, ElementMap, Ruleset, Set, SetDecl};
 use crate::transaction::{ElementList, Op, Transaction};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -86,7 +86,7 @@ pub(crate) fn keeps(old: &SetDecl, want: &Set) -> bool {
 }
 
 /// Elements that differ between two maps (a merge of the two sorted key sequences).
-fn element_changes(old: &BTreeMap<Blob, Elem>, new: &BTreeMap<Blob, Elem>) -> Vec<(Blob, Option<Elem>, Option<Elem>)> {
+fn element_changes(old: &ElementMap, new: &ElementMap) -> Vec<(Blob, Option<Elem>, Option<Elem>)> {
     let mut out = Vec::new();
     let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
     loop {
@@ -245,7 +245,7 @@ fn keep_slots(old: &Set, want: &mut Set) {
 }
 
 /// The elements of a slot-keyed map, grouped by the key prefix before the slot.
-fn groups(elements: &BTreeMap<Blob, Elem>, prefix: usize) -> impl Iterator<Item = (Blob, Vec<(&Blob, &Elem)>)> {
+fn groups(elements: &ElementMap, prefix: usize) -> impl Iterator<Item = (Blob, Vec<(&Blob, &Elem)>)> {
     let mut it = elements.iter().peekable();
     std::iter::from_fn(move || {
         let (k, e) = it.next()?;

@@ -11,6 +11,7 @@
 
 pub mod desired;
 pub mod diff;
+pub mod elements;
 pub mod explain;
 pub mod low;
 pub mod lower;

@@ -11,11 +11,11 @@ use crate::netlink::{Netlink, NetlinkError, TableDump};
 use crate::raise::raise;
 use crate::rule::{Rule, Selector};
 use crate::ruleset::{
-    BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, Hook, KeySpec, Ruleset, Set, SetDecl, Table,
-    Verdict,
+    BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, ElementMap, Hook, KeySpec, Ruleset, Set,
+    SetDecl, Table, Verdict,
 };
 use crate::snapshot::Snapshot;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 const SET_ANONYMOUS: u32 = 0x1;
@@ -157,7 +157,7 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
             counter: w.counter,
         };
         let mut set = Set::new(decl);
-        let mut elements = BTreeMap::new();
+        let mut elements = ElementMap::new();
         for e in elems {
             let Some(key) = Blob::try_new(&e.key) else {
                 foreign.push(format!("element of {} with a {}-byte key", w.name, e.key.len()));

@@ -4,6 +4,7 @@
 //! kernel, and what `diff` compares. Element keys and data are kept in the kernel's own byte
 //! layout ([`Blob`]), so 10^6 elements stay compact and need no conversion to be sent.
 
+pub use crate::elements::ElementMap;
 use crate::rule::{Rule, Selector};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -171,7 +172,7 @@ impl Hook {
 
 /// Elements by key. Shared, so that a transaction can send a whole set without copying a
 /// million elements; changed with `Arc::make_mut`.
-pub type Elements = Arc<BTreeMap<Blob, Elem>>;
+pub type Elements = Arc<ElementMap>;
 
 /// A named set or map and its elements.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,14 +186,14 @@ pub struct Set {
 impl Set {
     /// An empty set.
     pub fn new(decl: SetDecl) -> Set {
-        Set { decl, elements: Arc::new(BTreeMap::new()) }
+        Set { decl, elements: Arc::new(ElementMap::new()) }
     }
 
     /// The elements with slot-keyed groups sorted by value, so that two maps holding the same
     /// endpoints in different slots compare equal (see [`Ruleset::equivalent`]).
     pub fn canonical_elements(&self) -> BTreeMap<Blob, Elem> {
         let Some(prefix) = self.decl.slot_prefix_len() else {
-            return (*self.elements).clone();
+            return self.elements.iter().map(|(k, e)| (*k, e.clone())).collect();
         };
         let mut groups: BTreeMap<Blob, Vec<(Blob, Elem)>> = BTreeMap::new();
         for (key, elem) in self.elements.iter() {

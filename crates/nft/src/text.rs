@@ -9,7 +9,8 @@ use crate::rule::{
     CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Reject, Rule, Selector, Stmt, Value, decode_concat,
 };
 use crate::ruleset::{
-    BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, Hook, KeySpec, Ruleset, Set, SetDecl,
+    BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, ElementMap, Hook, KeySpec, Ruleset, Set,
+    SetDecl,
 };
 use crate::transaction::{Op as TxOp, Transaction};
 use std::fmt::Write;
@@ -93,7 +94,7 @@ pub fn duration(secs: u32) -> String {
 }
 
 /// The elements in nft's order and line layout.
-fn elements(d: &SetDecl, elems: &std::collections::BTreeMap<Blob, Elem>) -> String {
+fn elements(d: &SetDecl, elems: &ElementMap) -> String {
     let key_types = d.key_types();
     // nft sorts by value: concatenations (and host-order integers) compare as host-endian
     // numbers, addresses and ports as network-order numbers.

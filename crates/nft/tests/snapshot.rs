@@ -1,7 +1,6 @@
 //! The saved table state: what is written reads back as the same elements, and a damaged or
 //! foreign file is refused, never half-read.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use verdict_nft::ruleset::{Blob, DataSpec, Datatype, Elem, KeySpec, Ruleset, Set, SetDecl, Table, Verdict};
 use verdict_nft::snapshot::{Stamp, decode, encode};
@@ -11,7 +10,7 @@ fn ruleset() -> Ruleset {
     let key = KeySpec::Type(vec![Datatype::Ipv4Addr, Datatype::InetProto, Datatype::InetService]);
     let mut vmap = Set::new(SetDecl::map("service-ips", key.clone(), DataSpec::Verdict));
     let comment: Arc<str> = Arc::from("ns/web:http");
-    vmap.elements = Arc::new(BTreeMap::from([
+    vmap.elements = Arc::new(verdict_nft::ruleset::ElementMap::from([
         (
             Blob::new(&[172, 30, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0]),
             Elem::verdict(Verdict::Goto(Arc::from("endpoints-2")), Some(comment.clone())),
@@ -23,12 +22,12 @@ fn ruleset() -> Ruleset {
         ),
     ]));
     let mut data = Set::new(SetDecl::map("endpoints-2", key.clone(), DataSpec::Verdict));
-    data.elements = Arc::new(BTreeMap::from([(
+    data.elements = Arc::new(verdict_nft::ruleset::ElementMap::from([(
         Blob::new(&[172, 30, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0, 1, 0, 0, 0]),
         Elem::value(Blob::new(&[10, 0, 1, 1, 0x1f, 0x90, 0, 0]), Some(comment)),
     )]));
     let mut plain = Set::new(SetDecl::set("cluster-ips", KeySpec::Type(vec![Datatype::Ipv4Addr])));
-    plain.elements = Arc::new(BTreeMap::from([(Blob::new(&[172, 30, 0, 1]), Elem::plain())]));
+    plain.elements = Arc::new(verdict_nft::ruleset::ElementMap::from([(Blob::new(&[172, 30, 0, 1]), Elem::plain())]));
     rs.sets.insert("service-ips".into(), vmap);
     rs.sets.insert("endpoints-2".into(), data);
     rs.sets.insert("cluster-ips".into(), plain);

@@ -31,7 +31,7 @@ struct Acc {
 pub fn health_targets(model: &ProxyModel) -> Vec<HealthTarget> {
     let mut services: BTreeMap<(&str, &str), Acc> = BTreeMap::new();
     for sp in model.services.values() {
-        let acc = services.entry((sp.name.namespace.as_str(), sp.name.name.as_str())).or_default();
+        let acc = services.entry((&*sp.name.namespace, &*sp.name.name)).or_default();
         if sp.external_policy_local
             && let Some(port) = sp.health_check_node_port.filter(|p| *p != 0)
         {

@@ -345,7 +345,7 @@ mod tests {
     use crate::rule::Rule;
     use crate::ruleset::{Blob, Chain, DataSpec, Datatype, Elem, KeySpec, Ruleset, Set, SetDecl, Table, Verdict};
     use crate::trace::event::TraceVerdict;
-    use std::collections::{BTreeMap, HashMap};
+    use std::collections::HashMap;
     use std::sync::Arc;
     use verdict_model::IpFamily;
 
@@ -356,12 +356,12 @@ mod tests {
         let key = KeySpec::Type(vec![Datatype::Ipv4Addr, Datatype::InetProto, Datatype::InetService]);
         let comment: Arc<str> = Arc::from("ns/web:http");
         let mut vmap = Set::new(SetDecl::map("service-ips", key.clone(), DataSpec::Verdict));
-        vmap.elements = Arc::new(BTreeMap::from([(
+        vmap.elements = Arc::new(crate::ruleset::ElementMap::from([(
             Blob::new(&[172, 30, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0]),
             Elem::verdict(Verdict::Goto(Arc::from("endpoints-2")), Some(comment.clone())),
         )]));
         let mut eps = Set::new(SetDecl::map("endpoints-2", key, DataSpec::Verdict));
-        eps.elements = Arc::new(BTreeMap::from([
+        eps.elements = Arc::new(crate::ruleset::ElementMap::from([
             (
                 Blob::new(&[172, 30, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0, 0, 0, 0, 0]),
                 Elem::value(Blob::new(&[10, 0, 2, 2, 0x1f, 0x90, 0, 0]), Some(comment.clone())),
