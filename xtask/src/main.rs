@@ -5,6 +5,7 @@
 //! cargo xtask demo    a namespace node with three pods, programmed by `verdict run --once`
 //! cargo xtask bench   verdict's netlink programming vs `nft -f`, into target/bench/report.md
 //! cargo xtask bench --e2e   `verdict run` against the test API server: start, restart, RSS
+//! cargo xtask bench --counters   what --service-counters costs: commit, connect latency, connections/s
 //! cargo xtask e2e     a two-node namespace cluster with verdict daemons and the test API server
 //! cargo xtask e2e --kind [--dry-run]   the same scenarios on a kind cluster (Docker)
 //! cargo xtask e2e --containers         the namespace cluster, each agent a container of the image
@@ -213,6 +214,15 @@ fn bench_e2e(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask bench --counters [--services N] [--connections C] [--runs R]`: what
+/// `--service-counters` costs (cold commit, connect latency, connections/s, counter read),
+/// with and without counters.
+fn bench_counters(args: &[String]) -> Result<()> {
+    run::cargo(&["build", "--release", "-p", "verdict-e2e", "--bin", "verdict-bench-counters"])?;
+    let rest: Vec<String> = args.iter().filter(|a| *a != "--counters").cloned().collect();
+    run::program(&run::release_dir()?.join("verdict-bench-counters"), &rest, &[])
+}
+
 /// `cargo xtask demo`.
 fn demo(args: &[String]) -> Result<()> {
     deps::ensure()?;
@@ -234,6 +244,9 @@ fn bench(args: &[String]) -> Result<()> {
     deps::require_root("the benchmark programs nftables in network namespaces")?;
     if args.iter().any(|a| a == "--e2e") {
         return bench_e2e(args);
+    }
+    if args.iter().any(|a| a == "--counters") {
+        return bench_counters(args);
     }
     run::cargo(&["build", "--release", "-p", "verdict-e2e", "--bin", "verdict-bench"])?;
     let root = run::workspace_root()?;

@@ -85,6 +85,26 @@ pub struct RulesArgs {
     /// addresses in them is dropped (networking.k8s.io/v1 ServiceCIDR objects add to these).
     #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
     pub service_cluster_ip_range: Vec<String>,
+    /// Per-Service connection counters in the kernel, exported as
+    /// `verdict_service_connections_total`: `off` (default), `all` Service ports, or only the
+    /// ports of Services whose labels match `--service-counters-selector` (`labelled`).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = CountersMode::Off)]
+    pub service_counters: CountersMode,
+    /// The label selector of `--service-counters=labelled`: comma-separated `key` (the label
+    /// is present) or `key=value` requirements, all of which must hold.
+    #[arg(long, value_name = "SELECTOR")]
+    pub service_counters_selector: Option<String>,
+}
+
+/// `--service-counters`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CountersMode {
+    /// No counters (the table has no counting sets).
+    Off,
+    /// Every Service port.
+    All,
+    /// Services matching `--service-counters-selector`.
+    Labelled,
 }
 
 /// `verdict run`.

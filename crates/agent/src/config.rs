@@ -1,12 +1,12 @@
 //! Validated configuration: everything the user can get wrong is caught here, before any
 //! socket is opened, and reported in one line (exit code 64).
 
-use crate::cli::{RulesArgs, RunArgs};
+use crate::cli::{CountersMode, RulesArgs, RunArgs};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use verdict_model::{Cidr, DetectLocal, NodePortAddresses, ProxyConfig};
+use verdict_model::{Cidr, DetectLocal, NodePortAddresses, ProxyConfig, ServiceCounters};
 
 /// Invalid configuration (exit code 64).
 #[derive(Debug)]
@@ -223,6 +223,7 @@ impl RulesConfig {
                     .ok_or_else(|| bad(format!("--service-cluster-ip-range {raw:?} is not a CIDR")))?,
             );
         }
+        let service_counters = service_counters(args)?;
         Ok(RulesConfig {
             node_name,
             proxy: ProxyConfig {
@@ -232,11 +233,42 @@ impl RulesConfig {
                 masquerade_bit: bit as u8,
                 detect_local,
                 service_cidrs,
+                service_counters,
                 // Offline commands assume a kernel with both; `run` asks the kernel.
                 ..ProxyConfig::default()
             },
             table,
         })
+    }
+}
+
+/// `--service-counters` and its selector, checked: a selector without `labelled` (or the
+/// reverse) is a mistake worth stopping for, since it silently counts nothing or everything.
+fn service_counters(args: &RulesArgs) -> Result<ServiceCounters, ConfigError> {
+    let selector = args.service_counters_selector.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    match (args.service_counters, selector) {
+        (CountersMode::Off, None) => Ok(ServiceCounters::Off),
+        (CountersMode::All, None) => Ok(ServiceCounters::All),
+        (CountersMode::Labelled, Some(sel)) => {
+            let mut reqs = Vec::new();
+            for part in sel.split(',').map(str::trim) {
+                let (key, value) = match part.split_once('=') {
+                    Some((k, v)) => (k.trim(), Some(v.trim().to_string())),
+                    None => (part, None),
+                };
+                let label_char = |c: char| c.is_ascii_alphanumeric() || "-_./".contains(c);
+                if key.is_empty()
+                    || !key.chars().all(label_char)
+                    || value.as_deref().is_some_and(|v| !v.chars().all(label_char))
+                {
+                    return Err(bad(format!("--service-counters-selector {part:?} is not `key` or `key=value`")));
+                }
+                reqs.push((key.to_string(), value));
+            }
+            Ok(ServiceCounters::Labelled(reqs))
+        }
+        (CountersMode::Labelled, None) => Err(bad("--service-counters=labelled needs --service-counters-selector")),
+        (_, Some(_)) => Err(bad("--service-counters-selector needs --service-counters=labelled")),
     }
 }
 

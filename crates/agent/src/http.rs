@@ -1,6 +1,7 @@
 //! The two HTTP endpoints kube-proxy has: metrics (`/metrics`, `/proxyMode`, `/healthz`) on
 //! 127.0.0.1:10249 and health (`/healthz`, `/livez`) on 0.0.0.0:10256.
 
+use crate::counters::CounterReader;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, body::Incoming, server::conn::http1, service::service_fn};
@@ -24,9 +25,16 @@ fn health(report: HealthReport, counter: &'static str) -> Reply {
 pub fn metrics_routes(
     prom: PrometheusHandle,
     health_state: Arc<ProxyHealth>,
+    counters: Option<CounterReader>,
 ) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
     move |path| match path {
-        "/metrics" => (200, "text/plain; version=0.0.4", prom.render()),
+        "/metrics" => {
+            let mut text = prom.render();
+            if let Some(c) = &counters {
+                text.push_str(&c.render());
+            }
+            (200, "text/plain; version=0.0.4", text)
+        }
         "/proxyMode" => (200, "text/plain; charset=utf-8", "nftables".into()),
         "/healthz" => health(health_state.healthz(), m::HEALTHZ_TOTAL),
         _ => (404, "text/plain; charset=utf-8", "404 page not found\n".into()),

@@ -6,6 +6,7 @@
 mod cli;
 mod commands;
 mod config;
+mod counters;
 mod http;
 mod kube;
 mod platform;

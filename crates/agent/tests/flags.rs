@@ -60,6 +60,19 @@ fn bad_flags_exit_64_with_one_line() {
     );
     assert_usage(&["run", "--kubeconfig", "/nonexistent/kubeconfig", "--hostname-override", "n"], "no such file");
     assert_usage(&["render", "--manifests", ".", "--nodeport-addresses", "primary,10.0.0.0/8"], "primary");
+    assert_usage(&["run", "--service-counters", "some", "--hostname-override", "n"], "--service-counters");
+    assert_usage(
+        &["run", "--service-counters", "labelled", "--hostname-override", "n"],
+        "needs --service-counters-selector",
+    );
+    assert_usage(
+        &["run", "--service-counters-selector", "team=a", "--hostname-override", "n"],
+        "needs --service-counters=labelled",
+    );
+    assert_usage(
+        &["run", "--service-counters", "labelled", "--service-counters-selector", "a b", "--hostname-override", "n"],
+        "is not `key` or `key=value`",
+    );
 }
 
 #[test]

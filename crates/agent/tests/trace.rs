@@ -1,7 +1,8 @@
 //! `verdict trace`: a real connection to a ClusterIP, traced through the kernel's table while
 //! the agent runs, names the chains and map entries it passed and the endpoint that answered
-//! it; the trace chains are gone when the command ends (by count, SIGINT or SIGTERM), and a
-//! full sync deletes the chains of a trace that died (root only).
+//! it (TCP over IPv4 and IPv6, and a UDP datagram); the trace chains are gone when the
+//! command ends (by count, SIGINT or SIGTERM), and a full sync deletes the chains of a trace
+//! that died (root only).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -307,4 +308,117 @@ fn mistakes_are_one_line_errors() {
     assert!(code == Some(1) && err.contains("has no table inet kube-proxy"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(ns.exec(&["nft", "list", "tables"]).unwrap().stdout.is_empty(), "nothing was created");
+}
+
+/// Programs `manifest` (YAML) with `verdict run --once` in `ns`.
+fn run_manifest(ns: &Netns, manifest: &str) {
+    let dir = std::env::temp_dir().join(format!("verdict-trace-{}-{}", ns.name(), std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("svc.yaml"), manifest).unwrap();
+    let manifests = dir.to_str().unwrap();
+    let args = ["run", "--manifests", manifests, "--once", "--state-dir", "", "--hostname-override", "n1"];
+    let cmd: Vec<&str> = [env!("CARGO_BIN_EXE_verdict")].into_iter().chain(args).collect();
+    let out = ns.exec(&cmd).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "run --once: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A Service `ns1/NAME` with one port `PORT_NAME` of `proto` on `cluster_ip:port`, and its two
+/// endpoints `eps` on `target`.
+fn manifest(name: &str, cluster_ip: &str, family: &str, proto: &str, port: u16, eps: [&str; 2], target: u16) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns1}}\n\
+         spec: {{clusterIP: \"{cluster_ip}\", ipFamilies: [{family}], ports: [{{name: p, protocol: {proto}, port: {port}}}]}}\n\
+         ---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: {name}-1, namespace: ns1, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+         addressType: {family}\nports: [{{name: p, protocol: {proto}, port: {target}}}]\n\
+         endpoints: [{{addresses: [\"{}\"]}}, {{addresses: [\"{}\"]}}]\n",
+        eps[0], eps[1]
+    )
+}
+
+/// Runs one trace of `dst` (`ADDR:PORT[/PROTO]`) while `client` makes one connection; the
+/// trace's text, after checking that it ended by count.
+fn trace_one(ns: &Netns, dst: &str, client: impl FnOnce() -> String) -> (String, String) {
+    let (mut trace, out) = start_trace(ns, &["--dst", dst, "--count", "1", "--for", "60s"]);
+    let answered = client();
+    let (ok, text) = trace.finish(&out, Duration::from_secs(10));
+    println!("{text}");
+    assert!(ok, "verdict trace failed:\n{text}");
+    assert!(text.contains("1 connection(s) traced (count reached); trace chains removed"), "{text}");
+    assert!(trace_chains(ns).is_empty(), "chains left:\n{}", table(ns));
+    (answered, text)
+}
+
+#[test]
+fn a_udp_datagram_to_a_clusterip_is_traced_to_the_endpoint_that_answered() {
+    require_kernel!();
+    let ns = Netns::new("trudp").unwrap();
+    ns.ip(&["route", "add", "172.30.0.0/16", "dev", "lo"]).unwrap();
+    for ep in ENDPOINTS {
+        ns.ip(&["addr", "add", &format!("{ep}/32"), "dev", "lo"]).unwrap();
+        let sock = ns.run(|| std::net::UdpSocket::bind(format!("{ep}:5353"))).unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            while let Ok((_, peer)) = sock.recv_from(&mut buf) {
+                let _ = sock.send_to(ep.as_bytes(), peer);
+            }
+        });
+    }
+    run_manifest(&ns, &manifest("dns", CLUSTER_IP, "IPv4", "UDP", 53, ENDPOINTS, 5353));
+    let (answered, text) = trace_one(&ns, &format!("{CLUSTER_IP}:53/udp"), || {
+        ns.run(|| {
+            let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            s.send_to(b"q", format!("{CLUSTER_IP}:53")).unwrap();
+            let mut buf = [0u8; 64];
+            let (n, _) = s.recv_from(&mut buf).expect("the endpoint's answer");
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        })
+    });
+    assert!(ENDPOINTS.contains(&answered.as_str()), "answer {answered:?}");
+    for step in [
+        format!("-> {CLUSTER_IP}:53/udp"),
+        format!("@service-ips: {CLUSTER_IP} . udp . 53 : goto endpoints-2  (ns1/dns:p)"),
+        format!("DNAT to {answered}:5353 (endpoint of ns1/dns:p)"),
+    ] {
+        assert!(text.contains(&step), "no {step:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn an_ipv6_connection_to_a_clusterip_is_traced_to_the_endpoint_that_answered() {
+    require_kernel!();
+    const IP6: &str = "fd00:172:30::10";
+    const EPS6: [&str; 2] = ["fd00:10:1::1", "fd00:10:1::2"];
+    let ns = Netns::new("trv6").unwrap();
+    ns.ip(&["-6", "route", "add", "fd00:172:30::/64", "dev", "lo"]).unwrap();
+    for ep in EPS6 {
+        ns.ip(&["-6", "addr", "add", &format!("{ep}/128"), "dev", "lo"]).unwrap();
+        let listener = ns.run(|| TcpListener::bind(format!("[{ep}]:8080"))).unwrap();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let _ = conn.write_all(ep.as_bytes());
+            }
+        });
+    }
+    run_manifest(&ns, &manifest("web6", IP6, "IPv6", "TCP", 80, EPS6, 8080));
+    let (answered, text) = trace_one(&ns, &format!("[{IP6}]:80"), || {
+        let addr: SocketAddr = format!("[{IP6}]:80").parse().unwrap();
+        ns.run(|| {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect to the ClusterIP");
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).expect("the endpoint's answer");
+            out
+        })
+    });
+    assert!(EPS6.contains(&answered.as_str()), "answer {answered:?}");
+    for step in [
+        format!("-> [{IP6}]:80/tcp"),
+        format!("@service-ips-v6: {IP6} . tcp . 80 : goto endpoints-2-v6  (ns1/web6:p)"),
+        format!("DNAT to [{answered}]:8080 (endpoint of ns1/web6:p)"),
+    ] {
+        assert!(text.contains(&step), "no {step:?} in:\n{text}");
+    }
 }

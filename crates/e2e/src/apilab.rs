@@ -8,7 +8,10 @@
 
 use crate::netns::Netns;
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, NodeStatus, Service, ServicePort, ServiceSpec,
+    ServiceStatus,
+};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
@@ -145,6 +148,29 @@ pub fn service(ns: &str, name: &str, cluster_ip: &str, port: i32) -> Service {
         }),
         ..Service::default()
     }
+}
+
+/// `svc` with label `key=value`.
+pub fn labelled(mut svc: Service, key: &str, value: &str) -> Service {
+    svc.metadata.labels.get_or_insert_with(BTreeMap::new).insert(key.into(), value.into());
+    svc
+}
+
+/// `svc` as a LoadBalancer whose ingress is `lb_ip`, open only to `source_ranges`.
+pub fn load_balancer(mut svc: Service, lb_ip: &str, source_ranges: &[&str]) -> Service {
+    let spec = svc.spec.get_or_insert_with(ServiceSpec::default);
+    spec.type_ = Some("LoadBalancer".into());
+    spec.load_balancer_source_ranges = Some(source_ranges.iter().map(|r| r.to_string()).collect());
+    for port in spec.ports.iter_mut().flatten() {
+        port.node_port = None;
+    }
+    svc.status = Some(ServiceStatus {
+        load_balancer: Some(LoadBalancerStatus {
+            ingress: Some(vec![LoadBalancerIngress { ip: Some(lb_ip.into()), ..LoadBalancerIngress::default() }]),
+        }),
+        ..ServiceStatus::default()
+    });
+    svc
 }
 
 /// The EndpointSlice of Service `svc` with these ready IPv4 endpoints (port `http` 8080), and

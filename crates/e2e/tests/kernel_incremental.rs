@@ -3,8 +3,8 @@
 
 use verdict_e2e::netns::Netns;
 use verdict_e2e::{require_kernel, synth};
-use verdict_model::ServicePortName;
 use verdict_model::source::{EndpointSlice, Service};
+use verdict_model::{ServiceCounters, ServicePortName};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::observe::observe;
 use verdict_nft::{DesiredTable, RenderOptions, diff, render, text};
@@ -21,7 +21,16 @@ impl Rng {
 }
 
 fn build(services: &[Service], slices: &[EndpointSlice]) -> verdict_model::ProxyModel {
-    let out = synth::model(services, slices);
+    build_counted(services, slices, &ServiceCounters::Off)
+}
+
+fn build_counted(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    counters: &ServiceCounters,
+) -> verdict_model::ProxyModel {
+    let config = verdict_model::ProxyConfig { service_counters: counters.clone(), ..synth::config() };
+    let out = verdict_model::build_model(config, "bench", Some(&synth::node()), &[], services, slices);
     assert!(out.problems.is_empty(), "{:?}", out.problems);
     out.model
 }
@@ -29,11 +38,26 @@ fn build(services: &[Service], slices: &[EndpointSlice]) -> verdict_model::Proxy
 #[test]
 fn random_changes_keep_the_kernel_equal_to_a_full_render() {
     require_kernel!();
+    random_changes(ServiceCounters::Off);
+}
+
+/// The same with `--service-counters=all`: the counting sets and lookups follow every change
+/// (layouts with own chains and firewalls included).
+#[test]
+fn random_changes_keep_a_counted_kernel_table_equal_to_a_full_render() {
+    require_kernel!();
+    random_changes(ServiceCounters::All);
+}
+
+fn random_changes(counters: ServiceCounters) {
+    let build = |services: &[Service], slices: &[EndpointSlice]| build_counted(services, slices, &counters);
     let ns = Netns::new("incr").unwrap();
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let (mut services, mut slices) = synth::cluster(300, 3, 2000);
     let mut model = build(&services, &slices);
     let mut table = DesiredTable::new(&model, &RenderOptions::default());
+    let counting = table.ruleset().sets.get("accepted-ips").is_some_and(|s| !s.elements.is_empty());
+    assert_eq!(counting, counters.enabled(), "counting sets present and filled iff counters are on");
     ns.run(|| {
         let mut nl = Netlink::open().unwrap();
         let plan = diff(None, table.ruleset());

@@ -162,3 +162,26 @@ fn incremental_syncs_converge_to_the_rendered_table() {
         assert!(now.ruleset.equivalent(&first));
     });
 }
+
+/// Every feature with `--service-counters=all`: the counting sets (`counter` on every
+/// element) list exactly as rendered, read back equal (so a restart writes nothing), and a
+/// second sync against the kernel plans no operation.
+#[test]
+fn a_counted_table_lists_exactly_and_reads_back_equal() {
+    require_kernel!();
+    let mut model = fixtures::all_features();
+    model.config.service_counters = verdict_model::ServiceCounters::All;
+    for port in model.services.values_mut() {
+        std::sync::Arc::make_mut(port).counted = true;
+    }
+    let rs = render(&model, &RenderOptions::default());
+    assert!(rs.sets.get("rejected-ips").is_some_and(|s| s.decl.counter && !s.elements.is_empty()));
+    lists_exactly(&rs);
+    let ns = Netns::new("counted").unwrap();
+    program(&ns, &rs);
+    let observed = ns.run(|| observe(&mut Netlink::open().unwrap(), "kube-proxy").unwrap()).expect("table exists");
+    assert!(observed.foreign.is_empty(), "foreign objects: {:?}", observed.foreign);
+    assert_eq!(observed.ruleset, rs);
+    let again = diff(Some(&observed.ruleset), &rs);
+    assert_eq!(again.transaction.ops.len(), 0, "a resync writes {:?}", text::script(&again.transaction));
+}

@@ -7,7 +7,8 @@ use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::slices::{Address, EndpointView, SliceView};
 use crate::source;
 use crate::types::{
-    Endpoint, EndpointTarget, NodeFacts, ProxyConfig, ProxyModel, ServicePort, ServicePortName, TopologyHints,
+    Endpoint, EndpointTarget, NodeFacts, ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName,
+    TopologyHints,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -72,7 +73,9 @@ pub fn build_model(
         }
         let svc_slices =
             slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
-        for port in build_service(&model.node, &families, svc, svc_slices, &mut problems) {
+        for port in
+            build_service(&model.node, &families, &model.config.service_counters, svc, svc_slices, &mut problems)
+        {
             claims.register(&PortClaims::of(&port));
             raw.push(port);
         }
@@ -190,6 +193,7 @@ fn parse_addresses(
 pub(crate) fn build_service<S: SliceView>(
     node: &NodeFacts,
     families: &[IpFamily],
+    counters: &ServiceCounters,
     svc: &source::Service,
     slices: &[S],
     problems: &mut Vec<Problem>,
@@ -331,6 +335,7 @@ pub(crate) fn build_service<S: SliceView>(
             endpoints,
             v4: Default::default(),
             v6: Default::default(),
+            counted: counters.counts(&svc.labels),
         };
         select_endpoints(node, &mut port);
         ports.push(port);

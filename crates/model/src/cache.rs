@@ -248,7 +248,14 @@ impl ModelCache {
                 })
                 .unwrap_or_default();
             let mut problems = Vec::new();
-            let ports = build_service(&self.model.node, &families, svc, &slices, &mut problems);
+            let ports = build_service(
+                &self.model.node,
+                &families,
+                &self.model.config.service_counters,
+                svc,
+                &slices,
+                &mut problems,
+            );
             let claims: Vec<PortClaims> = ports.iter().map(PortClaims::of).collect();
             for c in &claims {
                 self.claims.register(c);

@@ -26,5 +26,5 @@ pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use types::{
     DetectLocal, Endpoint, EndpointSelection, EndpointTarget, NodeFacts, NodePortAddresses, PodMatch, ProxyConfig,
-    ProxyModel, ServicePort, ServicePortName, TopologyHints,
+    ProxyModel, ServiceCounters, ServicePort, ServicePortName, TopologyHints,
 };

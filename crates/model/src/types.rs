@@ -168,6 +168,42 @@ pub struct ProxyConfig {
     /// The IP families the node's kernel supports (upstream's platform check: IPv6 when
     /// `/proc/net/if_inet6` exists). Offline renders assume both.
     pub families: Vec<IpFamily>,
+    /// `--service-counters`: which Service ports get per-Service connection counters.
+    pub service_counters: ServiceCounters,
+}
+
+/// Which Service ports are counted (`--service-counters`, `--service-counters-selector`).
+/// Counting adds sets and lookups to the table, so it is off unless asked for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ServiceCounters {
+    /// No counters: the table is exactly what it is without the feature.
+    #[default]
+    Off,
+    /// Every Service port.
+    All,
+    /// Ports of Services whose labels match every requirement: `key` (present) or
+    /// `key=value`.
+    Labelled(Vec<(String, Option<String>)>),
+}
+
+impl ServiceCounters {
+    /// Whether the table has the counting sets and lookups at all.
+    pub fn enabled(&self) -> bool {
+        *self != ServiceCounters::Off
+    }
+
+    /// Whether a Service with these labels is counted.
+    pub fn counts(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        match self {
+            ServiceCounters::Off => false,
+            ServiceCounters::All => true,
+            ServiceCounters::Labelled(reqs) => reqs.iter().all(|(k, v)| match (labels.get(k), v) {
+                (Some(_), None) => true,
+                (Some(have), Some(want)) => have == want,
+                (None, _) => false,
+            }),
+        }
+    }
 }
 
 impl Default for ProxyConfig {
@@ -180,6 +216,7 @@ impl Default for ProxyConfig {
             detect_local: DetectLocal::ClusterCidr,
             service_cidrs: Vec::new(),
             families: IpFamily::ALL.to_vec(),
+            service_counters: ServiceCounters::Off,
         }
     }
 }
@@ -325,6 +362,8 @@ pub struct ServicePort {
     pub v4: EndpointSelection,
     /// The endpoint choice for IPv6 traffic.
     pub v6: EndpointSelection,
+    /// Whether its connections are counted (`--service-counters`).
+    pub counted: bool,
 }
 
 impl ServicePort {
@@ -350,5 +389,25 @@ impl ServicePort {
     /// (a NodePort, an external IP or a load balancer IP).
     pub fn externally_accessible(&self) -> bool {
         self.node_port.is_some() || !self.external_ips.is_empty() || !self.load_balancer_ips.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServiceCounters;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn labelled_counters_need_every_requirement() {
+        let labels = BTreeMap::from([("team".to_string(), "a".to_string()), ("tier".to_string(), "web".to_string())]);
+        let sel = |reqs: &[(&str, Option<&str>)]| {
+            ServiceCounters::Labelled(reqs.iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect())
+        };
+        assert!(sel(&[("team", Some("a"))]).counts(&labels));
+        assert!(sel(&[("team", None), ("tier", Some("web"))]).counts(&labels));
+        assert!(!sel(&[("team", Some("b"))]).counts(&labels));
+        assert!(!sel(&[("team", Some("a")), ("owner", None)]).counts(&labels));
+        assert!(ServiceCounters::All.counts(&BTreeMap::new()));
+        assert!(!ServiceCounters::Off.counts(&labels));
     }
 }

@@ -268,7 +268,7 @@ impl DesiredTable {
         let count = self.classes.entry(class).or_default();
         *count += n;
         if *count == n {
-            let chain = class.chain(self.facts.config.masquerade_mark());
+            let chain = class.chain_for(&self.facts.config);
             self.touch_chain(&chain.name);
             self.ruleset.chains.insert(chain.name.clone(), chain);
         }

@@ -154,6 +154,7 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
             size: w.size,
             timeout: w.timeout_ms.map(|ms| (ms / 1000) as u32),
             comment: udata.comment,
+            counter: w.counter,
         };
         let mut set = Set::new(decl);
         let mut elements = ElementMap::new();

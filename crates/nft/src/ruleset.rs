@@ -227,12 +227,15 @@ pub struct SetDecl {
     pub timeout: Option<u32>,
     /// Comment.
     pub comment: Option<String>,
+    /// `counter`: every element carries a counter of the lookups that hit it (the per-Service
+    /// connection counters).
+    pub counter: bool,
 }
 
 impl SetDecl {
     /// A set keyed by `key`.
     pub fn set(name: &str, key: KeySpec) -> SetDecl {
-        SetDecl { name: name.to_string(), key, data: None, size: None, timeout: None, comment: None }
+        SetDecl { name: name.to_string(), key, data: None, size: None, timeout: None, comment: None, counter: false }
     }
 
     /// A map from `key` to `data`.
@@ -243,6 +246,12 @@ impl SetDecl {
     /// With a comment.
     pub fn with_comment(mut self, comment: &str) -> SetDecl {
         self.comment = Some(comment.to_string());
+        self
+    }
+
+    /// With a counter on every element.
+    pub fn with_counter(mut self) -> SetDecl {
+        self.counter = true;
         self
     }
 
@@ -432,6 +441,11 @@ impl Elem {
     /// A plain set element.
     pub fn plain() -> Elem {
         Elem { data: None, comment: None }
+    }
+
+    /// A plain set element with a comment (`ns/name:port`).
+    pub fn plain_commented(comment: Arc<str>) -> Elem {
+        Elem { data: None, comment: Some(comment) }
     }
 
     /// An element mapping to a verdict.

@@ -51,6 +51,9 @@ fn set_block(set: &Set) -> String {
         let _ = writeln!(out, "\t\tflags dynamic,timeout");
         let _ = writeln!(out, "\t\ttimeout {}", duration(t));
     }
+    if d.counter {
+        let _ = writeln!(out, "\t\tcounter");
+    }
     if let Some(c) = &d.comment {
         let _ = writeln!(out, "\t\tcomment {}", quote(c));
     }
@@ -117,6 +120,11 @@ fn elements(d: &SetDecl, elems: &ElementMap) -> String {
             out.push_str(if i % per_line == 0 { ",\n\t\t\t     " } else { ", " });
         }
         out.push_str(&values(&key_types, key.as_slice()));
+        if d.counter {
+            // What nft lists for a freshly programmed element (the values live in the kernel
+            // only, see `netlink::counters`); nft reloads it as a zeroed counter.
+            out.push_str(" counter packets 0 bytes 0");
+        }
         if let Some(c) = &elem.comment {
             let _ = write!(out, " comment {}", quote(c));
         }
@@ -348,6 +356,9 @@ pub fn script(tx: &Transaction) -> String {
                 if let Some(timeout) = d.timeout {
                     body.push("flags dynamic,timeout".into());
                     body.push(format!("timeout {}", duration(timeout)));
+                }
+                if d.counter {
+                    body.push("counter".into());
                 }
                 if let Some(c) = &d.comment {
                     body.push(format!("comment {}", quote(c)));

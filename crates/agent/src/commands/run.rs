@@ -1,6 +1,7 @@
 //! `verdict run`: the node agent.
 
 use crate::config::{RunConfig, Source};
+use crate::counters::CounterReader;
 use crate::http;
 use anyhow::{Context, Result, anyhow};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -144,7 +145,8 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
 
 async fn serve_endpoints(cfg: &RunConfig, prom: PrometheusHandle, health: Arc<ProxyHealth>) -> Result<()> {
     if let Some(addr) = cfg.metrics_addr {
-        let bound = http::serve(addr, http::metrics_routes(prom, health.clone()))
+        let counters = cfg.rules.proxy.service_counters.enabled().then(|| CounterReader::new(&cfg.rules.table));
+        let bound = http::serve(addr, http::metrics_routes(prom, health.clone(), counters))
             .await
             .with_context(|| format!("serving metrics on {addr}"))?;
         tracing::info!(%bound, "metrics: /metrics /proxyMode");

@@ -77,6 +77,7 @@ mod tests {
             endpoints: eps,
             v4: Default::default(),
             v6: Default::default(),
+            counted: false,
         }
     }
 

@@ -70,6 +70,8 @@ pub(crate) struct SetWire {
     pub size: Option<u32>,
     pub timeout_ms: Option<u64>,
     pub udata: Vec<u8>,
+    /// A `counter` expression on every element (NFTA_SET_EXPR).
+    pub counter: bool,
 }
 
 /// A set element as it travels on the wire.
@@ -79,6 +81,8 @@ pub(crate) struct ElemWire {
     pub verdict: Option<(i32, Option<String>)>,
     pub data: Option<Vec<u8>>,
     pub udata: Option<Vec<u8>>,
+    /// Packets counted by the element's `counter` (read back only).
+    pub packets: Option<u64>,
 }
 
 /// A rule as it travels on the wire: lookups name their sets (anonymous ones as `__set<N>`).
@@ -458,6 +462,12 @@ pub(crate) fn put_set(s: &mut Scratch, out: &mut Vec<u8>, h: Hdr, table: &str, w
             if let Some(t) = w.timeout_ms {
                 sys::nftnl_set_set_u64(p, sys::NFTNL_SET_TIMEOUT as u16, t);
             }
+            if w.counter {
+                // The set takes ownership of the expression; elements added without
+                // expressions of their own get a copy of it (a fresh counter).
+                let counter = sys::nftnl_expr_alloc(c"counter".as_ptr());
+                sys::nftnl_set_add_expr(p, counter);
+            }
             if !w.udata.is_empty() {
                 sys::nftnl_set_set_data(
                     p,
@@ -648,6 +658,8 @@ pub(crate) fn parse_set(s: &mut Scratch, msg: &[u8]) -> Option<SetWire> {
             size: is(sys::NFTNL_SET_DESC_SIZE).then(|| u32_(sys::NFTNL_SET_DESC_SIZE)),
             timeout_ms: is(sys::NFTNL_SET_TIMEOUT).then(|| sys::nftnl_set_get_u64(p, sys::NFTNL_SET_TIMEOUT as u16)),
             udata,
+            counter: (is(sys::NFTNL_SET_EXPR) || is(sys::NFTNL_SET_EXPRESSIONS))
+                && first_expr_is_counter(|cb, data| sys::nftnl_set_expr_foreach(p, cb, data)),
         })
     }
 }
@@ -695,11 +707,62 @@ pub(crate) fn parse_elems(s: &mut Scratch, msg: &[u8], out: &mut Vec<ElemWire>) 
                 verdict,
                 data: get(sys::NFTNL_SET_ELEM_DATA),
                 udata: get(sys::NFTNL_SET_ELEM_USERDATA),
+                packets: elem_packets(e),
             });
         }
         sys::nftnl_set_elems_iter_destroy(iter);
     }
     true
+}
+
+/// Whether the first expression a libnftnl `*_expr_foreach` visits is a `counter`.
+///
+/// # Safety
+/// `foreach` must call libnftnl's foreach on a live object with the given callback and data.
+unsafe fn first_expr_is_counter(
+    foreach: impl FnOnce(
+        Option<unsafe extern "C" fn(*mut sys::nftnl_expr, *mut c_void) -> libc::c_int>,
+        *mut c_void,
+    ) -> libc::c_int,
+) -> bool {
+    unsafe extern "C" fn visit(e: *mut sys::nftnl_expr, data: *mut c_void) -> libc::c_int {
+        // SAFETY: `data` is the `Option<bool>` below, alive for the whole foreach; `e` is a
+        // live expression of the object being walked.
+        unsafe {
+            let seen = &mut *data.cast::<Option<bool>>();
+            if seen.is_none() {
+                let name = get_str(sys::nftnl_expr_get_str(e, sys::NFTNL_EXPR_NAME as u16));
+                *seen = Some(name.as_deref() == Some("counter"));
+            }
+        }
+        0
+    }
+    let mut seen: Option<bool> = None;
+    foreach(Some(visit), (&mut seen as *mut Option<bool>).cast());
+    seen == Some(true)
+}
+
+/// The packet count of an element's `counter` expression, if it has one.
+///
+/// # Safety
+/// `e` must be a live element.
+unsafe fn elem_packets(e: *mut sys::nftnl_set_elem) -> Option<u64> {
+    unsafe extern "C" fn visit(x: *mut sys::nftnl_expr, data: *mut c_void) -> libc::c_int {
+        // SAFETY: `data` is the `Option<u64>` below, alive for the whole foreach; `x` is a
+        // live expression of the element being walked.
+        unsafe {
+            let out = &mut *data.cast::<Option<u64>>();
+            let name = get_str(sys::nftnl_expr_get_str(x, sys::NFTNL_EXPR_NAME as u16));
+            if out.is_none() && name.as_deref() == Some("counter") {
+                *out = Some(sys::nftnl_expr_get_u64(x, sys::NFTNL_EXPR_CTR_PACKETS as u16));
+            }
+        }
+        0
+    }
+    let mut packets: Option<u64> = None;
+    // SAFETY: `e` is live (caller); the callback only writes `packets`, which outlives the call.
+    unsafe { sys::nftnl_set_elem_expr_foreach(e, Some(visit), (&mut packets as *mut Option<u64>).cast()) };
+    packets
 }
 
 pub(crate) fn parse_rule(s: &mut Scratch, msg: &[u8]) -> Option<RuleWire> {

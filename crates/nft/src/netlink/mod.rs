@@ -8,6 +8,7 @@
 //! are split below the 64 KiB attribute limit. A transaction the kernel refuses changes
 //! nothing, and the error names the operation, the object and the errno.
 
+pub mod counters;
 mod elements;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
@@ -437,6 +438,7 @@ fn set_wire(decl: &SetDecl, id: u32) -> SetWire {
         size: decl.size,
         timeout_ms: decl.timeout.map(|t| u64::from(t) * 1000),
         udata: wire::set_udata(decl),
+        counter: decl.counter,
     }
 }
 
@@ -527,6 +529,7 @@ impl Encoder<'_> {
                 size: Some(anon.elements.len() as u32),
                 timeout_ms: None,
                 udata: wire::anon_set_udata(anon.key_selector, anon.verdict_map),
+                counter: false,
             };
             let h = self.hdr(glue::NFT_MSG_NEWSET, glue::NLM_F_CREATE);
             glue::put_set(self.scratch, &mut self.out.body, h, &self.table, &w);
@@ -652,14 +655,16 @@ mod tests {
                 verdict: Some((-4, Some("endpoints-2".into()))),
                 data: None,
                 udata: Some(super::wire::comment_udata("ns1/web:http")),
+                packets: None,
             },
             ElemWire {
                 key: vec![172, 30, 0, 41, 6, 0, 0, 0, 0, 80, 0, 0, 1, 0, 0, 0],
                 verdict: None,
                 data: Some(vec![10, 180, 0, 1, 0x1f, 0x90, 0, 0]),
                 udata: None,
+                packets: None,
             },
-            ElemWire { key: vec![10, 0, 0, 1], verdict: Some((0, None)), data: None, udata: None },
+            ElemWire { key: vec![10, 0, 0, 1], verdict: Some((0, None)), ..ElemWire::default() },
             ElemWire { key: vec![6], ..ElemWire::default() },
         ]
     }

@@ -11,6 +11,7 @@
 //! renders a whole table ([`render`]) or one Service's share of it (for incremental syncs, see
 //! `crate::desired`).
 
+pub mod counters;
 pub mod names;
 mod own;
 mod scaffold;
@@ -75,6 +76,7 @@ fn render_with(model: &ProxyModel, opts: &RenderOptions, count: bool) -> (Rulese
         rs: scaffold(model, opts),
         pending: std::collections::HashMap::new(),
         mark: model.config.masquerade_mark(),
+        counting: model.config.service_counters.enabled(),
         counts: Counts::default(),
         count,
     };
@@ -198,6 +200,24 @@ impl Class {
         items.push(dnat);
         Chain::regular(self.name(), vec![Rule::new(items)])
     }
+
+    /// The chain for a configuration: with `--service-counters`, it first counts the
+    /// connection it DNATs (a lookup that misses for ports that are not counted).
+    pub fn chain_for(&self, config: &verdict_model::ProxyConfig) -> Chain {
+        self.chain_counting(config.masquerade_mark(), config.service_counters.enabled())
+    }
+
+    fn chain_counting(&self, masquerade_mark: u32, counting: bool) -> Chain {
+        let mut chain = self.chain(masquerade_mark);
+        if counting {
+            let count = match self.kind {
+                ClassKind::Address => counters::count_address(counters::Outcome::Accepted, self.family),
+                ClassKind::NodePort => counters::count_node_port(counters::Outcome::Accepted, self.family, false),
+            };
+            chain.rules.insert(0, count);
+        }
+        chain
+    }
 }
 
 /// Where a Service port's share of the table goes.
@@ -219,6 +239,8 @@ struct Builder {
     rs: Ruleset,
     pending: std::collections::HashMap<String, Vec<(Blob, Elem)>>,
     mark: u32,
+    /// `--service-counters` is on: class chains count what they DNAT.
+    counting: bool,
     counts: Counts,
     /// Whether to count references (only the incremental table needs them).
     count: bool,
@@ -247,7 +269,7 @@ impl Sink for Builder {
         *self.counts.maps.entry(class.map()).or_default() += 1;
         let name = class.name();
         if !self.rs.chains.contains_key(&name) {
-            self.rs.chains.insert(name.clone(), class.chain(self.mark));
+            self.rs.chains.insert(name.clone(), class.chain_counting(self.mark, self.counting));
         }
         let map = class.map();
         self.rs.sets.entry(map.name()).or_insert_with(|| Set::new(map.decl()));

@@ -142,7 +142,7 @@ fn policy_chain(view: &PortView, name: &str, endpoints: &[EndpointTarget]) -> Ch
 fn endpoint_objects(view: &PortView, ep: &EndpointTarget, sink: &mut impl Sink) {
     let f = view.family;
     let names = EndpointNames::new(view, ep);
-    let mut rules = Vec::new();
+    let mut rules = view.count_accepted();
     if let Some(timeout) = view.port.affinity_timeout {
         let ip_type = match f {
             IpFamily::V4 => Datatype::Ipv4Addr,

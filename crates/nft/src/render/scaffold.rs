@@ -1,6 +1,7 @@
 //! The objects every table has, whatever its Services: base chains in upstream's hook and
 //! priority contract, the dispatch chains, and the sets they consult.
 
+use super::counters::{self, Outcome};
 use super::names::*;
 use super::{addr_key, addr_vmap, port_vmap};
 use crate::rule::build::*;
@@ -183,5 +184,17 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
         cluster_ips_check.push(rule.comment("drop traffic to unallocated ClusterIPs"));
     }
     chain(rs, Chain::regular(CLUSTER_IPS_CHECK, cluster_ips_check));
-    chain(rs, Chain::regular(REJECT_CHAIN, vec![Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))])]));
+    let mut reject = Vec::new();
+    if model.config.service_counters.enabled() {
+        for &f in families {
+            for (outcome, keyed, _) in counters::sets(f) {
+                declare(rs, counters::decl(outcome, keyed, f));
+            }
+            // Only no-endpoint elements lead here: a hit is a rejected connection.
+            reject.push(counters::count_address(Outcome::Rejected, f));
+            reject.push(counters::count_node_port(Outcome::Rejected, f, true));
+        }
+    }
+    reject.push(Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))]));
+    chain(rs, Chain::regular(REJECT_CHAIN, reject));
 }

@@ -6,6 +6,7 @@
 //! chains of its own in upstream's layout instead ([`super::own`]): those are rare, and their
 //! rules read exactly like upstream kube-proxy's.
 
+use super::counters::{self, Keyed, Outcome};
 use super::names::{
     CLUSTER_IPS, FIREWALL_IPS, HAIRPIN_ENDPOINTS, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, REJECT_CHAIN,
     SERVICE_IPS, SERVICE_NODEPORTS, family_name, service_chain,
@@ -79,6 +80,24 @@ impl PortView<'_> {
         }
     }
 
+    /// Whether this port's connections are counted (`--service-counters`).
+    pub fn counted(&self) -> bool {
+        self.port.counted && self.model.config.service_counters.enabled()
+    }
+
+    /// The lookups that count a DNATed connection, for chains only this port's traffic
+    /// reaches (the NodePort lookup is guarded: such chains see Service address traffic too).
+    pub fn count_accepted(&self) -> Vec<Rule> {
+        if !self.counted() {
+            return Vec::new();
+        }
+        let mut rules = vec![counters::count_address(Outcome::Accepted, self.family)];
+        if self.port.node_port.is_some() {
+            rules.push(counters::count_node_port(Outcome::Accepted, self.family, true));
+        }
+        rules
+    }
+
     pub fn element(&self, verdict: Verdict) -> Elem {
         Elem::verdict(verdict, Some(self.comment.clone()))
     }
@@ -150,6 +169,45 @@ pub(crate) fn render(model: &ProxyModel, port: &ServicePort, f: IpFamily, sink: 
         render_shared(&view, sink);
     }
     render_firewall(&view, sink);
+    if view.counted() {
+        count(&view, sink);
+    }
+}
+
+/// The port's elements in the counting sets: present whatever its endpoints, so that its
+/// counters live as long as the port (see [`counters`]).
+fn count(view: &PortView, sink: &mut impl Sink) {
+    let f = view.family;
+    let elem = || Elem::plain_commented(view.comment.clone());
+    let mut addresses = vec![view.cluster_ip];
+    addresses.extend(view.external_addresses());
+    for outcome in [Outcome::Accepted, Outcome::Rejected] {
+        let set = counters::set_name(outcome, Keyed::Address, f);
+        for addr in &addresses {
+            sink.element(&set, encode_concat(&view.address_key(*addr)), elem());
+        }
+        if let Some(key) = view.node_port_key() {
+            sink.element(&counters::set_name(outcome, Keyed::NodePort, f), encode_concat(&key), elem());
+        }
+    }
+    let set = counters::set_name(Outcome::Firewalled, Keyed::Address, f);
+    for ip in firewalled(view) {
+        sink.element(&set, encode_concat(&view.address_key(ip)), elem());
+    }
+}
+
+/// The load balancer IPs of this family that `loadBalancerSourceRanges` filters (none when
+/// the port has no ranges of this family).
+fn firewalled(view: &PortView) -> Vec<IpAddr> {
+    let f = view.family;
+    if !view.port.source_ranges.iter().any(|c| c.family() == f) {
+        return Vec::new();
+    }
+    let mut lb_ips: Vec<IpAddr> =
+        view.port.load_balancer_ips.iter().filter(|a| IpFamily::of(a) == f).copied().collect();
+    lb_ips.sort();
+    lb_ips.dedup();
+    lb_ips
 }
 
 /// The shared layout: every address points at the class chain of its endpoint count, and the
@@ -203,10 +261,7 @@ fn fill_slots(sink: &mut impl Sink, map: &str, prefix: &[Value], endpoints: &[En
 /// allowed as sources too (traffic hairpinned through the load balancer).
 fn render_firewall(view: &PortView, sink: &mut impl Sink) {
     let f = view.family;
-    let mut lb_ips: Vec<IpAddr> =
-        view.port.load_balancer_ips.iter().filter(|a| IpFamily::of(a) == f).copied().collect();
-    lb_ips.sort();
-    lb_ips.dedup();
+    let lb_ips = firewalled(view);
     let ranges: Vec<Cidr> = view.port.source_ranges.iter().filter(|c| c.family() == f).copied().collect();
     if lb_ips.is_empty() || ranges.is_empty() {
         return;
@@ -218,6 +273,9 @@ fn render_firewall(view: &PortView, sink: &mut impl Sink) {
     let mut rules: Vec<Rule> = ranges.iter().map(|r| allow(in_net(Selector::Saddr(f), Op::Eq, *r))).collect();
     if node_in_range {
         rules.extend(lb_ips.iter().map(|ip| allow(is(Selector::Saddr(f), Value::Addr(*ip)))));
+    }
+    if view.counted() {
+        rules.push(counters::count_address(Outcome::Firewalled, f));
     }
     rules.push(Rule::new(vec![verdict(Verdict::Drop)]).comment("source not in loadBalancerSourceRanges"));
     sink.chain(Chain::regular(name.clone(), rules));
