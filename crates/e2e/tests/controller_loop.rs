@@ -261,7 +261,10 @@ fn deferred_chain_deletion_flushes_first_and_deletes_a_second_later() {
     let after = own_chains(&ns);
     let gone: Vec<&String> = before.keys().filter(|c| !after.contains_key(*c) || after[*c] == 0).collect();
     assert_eq!(gone.len(), 1, "one endpoint chain went out of use: {after:?}");
-    assert_eq!(after.get(gone[0]), Some(&0), "it is still there, flushed: {after:?}");
+    // Still there, flushed. Under software emulation (`cargo xtask kernels`, TCG) listing the
+    // table can take longer than the deferral (1 s), so it may already be gone: then only the
+    // transaction of its own below may have deleted it (its report is checked there).
+    assert!(matches!(after.get(gone[0]), Some(0) | None), "it is still there, flushed: {after:?}");
     let old_chain = gone[0].clone();
 
     // A second later, a transaction of its own deletes it (nothing else changed).
@@ -281,13 +284,17 @@ fn deferred_chain_deletion_flushes_first_and_deletes_a_second_later() {
     assert_eq!(tidied.objects, 1, "only the chain of the endpoint that is gone again: {tidied:?}");
     kernel_matches(&ns, &services, &slices);
 
-    // The Service deleted: all of its chains are flushed, then deleted.
+    // The Service deleted: all of its chains are flushed, then deleted (in a transaction of
+    // their own, whose report counts them; listed in between, they may already be gone under
+    // TCG, as above).
+    let own = own_chains(&ns);
+    assert!(own.len() >= 3, "{own:?}");
     r.tx.send(Event::Delete { kind: Kind::Service, namespace: "bench".into(), name: "svc-3".into() }).unwrap();
     assert!(r.next().error.is_none());
     let flushed = own_chains(&ns);
-    assert!(!flushed.is_empty() && flushed.values().all(|&rules| rules == 0), "{flushed:?}");
+    assert!(flushed.keys().all(|c| own.contains_key(c)) && flushed.values().all(|&rules| rules == 0), "{flushed:?}");
     let tidied = r.next();
-    assert_eq!(tidied.objects, flushed.len(), "{tidied:?}");
+    assert_eq!(tidied.objects, own.len(), "{tidied:?}");
     assert!(own_chains(&ns).is_empty());
     services.remove(3);
     kernel_matches(&ns, &services, &slices);

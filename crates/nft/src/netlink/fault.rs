@@ -11,7 +11,7 @@
 //! | [`Fault::Busy`] | the batch plus, before its end, a scratch table with a chain and the table's non-recursive deletion | refuses that deletion with EBUSY, so aborts the whole batch |
 //! | [`Fault::NoBuffers`] | the batch with every message asking for an ACK, into a minimal receive buffer | commits, then drops ACKs it cannot queue and reports ENOBUFS |
 //! | [`Fault::NoMemory`] | nothing (a kernel out of memory aborts the transaction, so nothing is what it applies) | nothing; the batch is reported refused with ENOMEM |
-//! | [`Fault::ShortRead`] | the batch, unchanged | commits; its replies are read into 8 bytes, so each is cut short |
+//! | [`Fault::ShortRead`] | the batch, unchanged | commits (or refuses it); its replies are read into 8 bytes, so each is cut short (before 6.10 a commit draws no reply, so there is nothing to cut) |
 //!
 //! A fault applies to batches as they are sent: the ERESTART retries of one transaction count
 //! one each.

@@ -988,6 +988,21 @@ impl Socket {
         }
     }
 
+    /// Receives one datagram as [`Socket::recv`] does, but returns its whole length
+    /// (`MSG_TRUNC`): a length above `buf.len()` means the datagram was cut short to fit and
+    /// its tail is gone.
+    pub(crate) fn recv_whole(&self, buf: &mut [u8], wait: bool) -> io::Result<Option<usize>> {
+        let mut flags = nix::sys::socket::MsgFlags::MSG_TRUNC;
+        if !wait {
+            flags |= nix::sys::socket::MsgFlags::MSG_DONTWAIT;
+        }
+        match nix::sys::socket::recv(self.fd(), buf, flags) {
+            Ok(n) => Ok(Some(n)),
+            Err(nix::errno::Errno::EAGAIN) => Ok(None),
+            Err(e) => Err(io::Error::from(e)),
+        }
+    }
+
     fn fd(&self) -> RawFd {
         self.inner.as_raw_fd()
     }

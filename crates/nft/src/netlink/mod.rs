@@ -272,11 +272,27 @@ impl Netlink {
         let mut errors = Vec::new();
         let mut acks = Vec::new();
         let mut overflowed = false;
+        // A reply longer than the buffer loses its tail, and with it perhaps an error: on
+        // kernels that do not acknowledge the batch end (before 6.10), an error cut short
+        // would otherwise leave a drained queue with no error, which is taken for a commit.
+        let mut cut_short = None;
         loop {
-            let n = match self.sock.recv(&mut self.recv_buf, false) {
+            let n = match self.sock.recv_whole(&mut self.recv_buf, false) {
+                Ok(Some(n)) if n > self.recv_buf.len() => {
+                    cut_short = Some(n);
+                    self.recv_buf.len()
+                }
                 Ok(Some(n)) => n,
                 Ok(None) if overflowed => return Err(NetlinkError::LostReplies("receive queue overflowed".into())),
-                Ok(None) => return Ok(Replies { errors, acks }),
+                Ok(None) => match cut_short {
+                    Some(whole) => {
+                        return Err(NetlinkError::LostReplies(format!(
+                            "a reply of {whole} bytes was cut short to {}",
+                            self.recv_buf.len()
+                        )));
+                    }
+                    None => return Ok(Replies { errors, acks }),
+                },
                 // The kernel drops every later reply (those to the next requests too) until
                 // the queue has been read empty: read on.
                 Err(e) if e.raw_os_error() == Some(libc_enobufs()) => {
@@ -322,7 +338,13 @@ impl Netlink {
         self.sock.send(buf).map_err(NetlinkError::Io)?;
         let mut out = Vec::new();
         loop {
-            let n = self.sock.recv(&mut self.recv_buf, true).map_err(NetlinkError::Io)?.unwrap_or(0);
+            let n = self.sock.recv_whole(&mut self.recv_buf, true).map_err(NetlinkError::Io)?.unwrap_or(0);
+            if n > self.recv_buf.len() {
+                return Err(NetlinkError::Protocol(format!(
+                    "a reply of {n} bytes does not fit the {}-byte buffer",
+                    self.recv_buf.len()
+                )));
+            }
             for msg in wire::messages(&self.recv_buf[..n]) {
                 if msg.seq != seq {
                     continue; // a stale reply to an earlier request
