@@ -187,8 +187,6 @@ fn a_traced_connection_names_its_path_and_the_endpoint_that_answered() {
 
 /// `verdict run --once` in `ns` with one ClusterIP Service, with [`ENDPOINTS`] or without.
 fn run_once(ns: &Netns, with_endpoints: bool) {
-    let dir = std::env::temp_dir().join(format!("verdict-trace-{}-{}", ns.name(), std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let mut web = format!(
         "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: ns1}}\n\
          spec: {{clusterIP: {CLUSTER_IP}, ports: [{{name: http, port: 80}}]}}\n"
@@ -202,13 +200,7 @@ fn run_once(ns: &Netns, with_endpoints: bool) {
             ENDPOINTS[0], ENDPOINTS[1]
         ));
     }
-    std::fs::write(dir.join("web.yaml"), web).unwrap();
-    let manifests = dir.to_str().unwrap();
-    let args = ["run", "--manifests", manifests, "--once", "--state-dir", "", "--hostname-override", "n1"];
-    let cmd: Vec<&str> = [env!("CARGO_BIN_EXE_verdict")].into_iter().chain(args).collect();
-    let out = ns.exec(&cmd).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(out.status.success(), "run --once: {}", String::from_utf8_lossy(&out.stderr));
+    run_manifest(ns, &web);
 }
 
 /// A namespace of the test's own with the table programmed.
