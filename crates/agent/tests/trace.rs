@@ -104,7 +104,12 @@ fn endpoints(ns: &Netns) {
 
 /// Connects to the ClusterIP from inside the namespace: the endpoint that answered.
 fn ask(ns: &Netns) -> String {
-    let addr: SocketAddr = format!("{CLUSTER_IP}:80").parse().unwrap();
+    ask_at(ns, &format!("{CLUSTER_IP}:80"))
+}
+
+/// Connects to `addr` (`IP:PORT`, `[IPv6]:PORT`) from inside the namespace: what answered.
+fn ask_at(ns: &Netns, addr: &str) -> String {
+    let addr: SocketAddr = addr.parse().unwrap();
     ns.run(|| {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect to the ClusterIP");
         s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -395,16 +400,7 @@ fn an_ipv6_connection_to_a_clusterip_is_traced_to_the_endpoint_that_answered() {
         });
     }
     run_manifest(&ns, &manifest("web6", IP6, "IPv6", "TCP", 80, EPS6, 8080));
-    let (answered, text) = trace_one(&ns, &format!("[{IP6}]:80"), || {
-        let addr: SocketAddr = format!("[{IP6}]:80").parse().unwrap();
-        ns.run(|| {
-            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect to the ClusterIP");
-            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).expect("the endpoint's answer");
-            out
-        })
-    });
+    let (answered, text) = trace_one(&ns, &format!("[{IP6}]:80"), || ask_at(&ns, &format!("[{IP6}]:80")));
     assert!(EPS6.contains(&answered.as_str()), "answer {answered:?}");
     for step in [
         format!("-> [{IP6}]:80/tcp"),
