@@ -96,11 +96,6 @@ impl ElementMap {
             ElementMap::Full(map) => Iter::Full(map.iter()),
         }
     }
-
-    /// Keys in order.
-    pub fn keys(&self) -> impl Iterator<Item = &Blob> + '_ {
-        self.iter().map(|(k, _)| k)
-    }
 }
 
 /// Iterator over an [`ElementMap`], in key order.
@@ -130,15 +125,6 @@ impl<'a> Iterator for Iter<'a> {
 }
 
 impl ExactSizeIterator for Iter<'_> {}
-
-impl DoubleEndedIterator for Iter<'_> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        match self {
-            Iter::Keys(it) => it.next_back().map(|k| (k, &PLAIN)),
-            Iter::Full(it) => it.next_back(),
-        }
-    }
-}
 
 impl<'a> IntoIterator for &'a ElementMap {
     type Item = (&'a Blob, &'a Elem);
@@ -180,12 +166,6 @@ impl FromIterator<(Blob, Elem)> for ElementMap {
 impl<const N: usize> From<[(Blob, Elem); N]> for ElementMap {
     fn from(elements: [(Blob, Elem); N]) -> ElementMap {
         elements.into_iter().collect()
-    }
-}
-
-impl From<BTreeMap<Blob, Elem>> for ElementMap {
-    fn from(map: BTreeMap<Blob, Elem>) -> ElementMap {
-        if map.values().all(is_plain) { ElementMap::Keys(map.into_keys().collect()) } else { ElementMap::Full(map) }
     }
 }
 
@@ -236,6 +216,6 @@ mod tests {
         let m: ElementMap = [(key(7), Elem::plain())].into();
         assert_eq!(m.get(&key(7)), Some(&Elem::plain()));
         assert!(m.contains_key(&key(7)));
-        assert_eq!(m.iter().next_back().map(|(k, _)| *k), Some(key(7)));
+        assert_eq!(m.iter().map(|(k, e)| (*k, e.clone())).collect::<Vec<_>>(), vec![(key(7), Elem::plain())]);
     }
 }
