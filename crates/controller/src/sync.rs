@@ -81,6 +81,30 @@ pub struct SyncReport {
     pub error: Option<String>,
     /// For each EndpointSlice change it programmed: the time since its trigger.
     pub programming_latency: Vec<Duration>,
+    /// Where the time went.
+    pub phases: Phases,
+}
+
+/// Where a sync's time went, in the order the phases run (logged with every `synced` line, so
+/// an operator can tell a slow kernel from a slow model without a profiler).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Phases {
+    /// The model rebuilt from the cache (the Services whose objects changed).
+    pub model: Duration,
+    /// The desired table rendered (all of it for a full sync, the changed ports otherwise).
+    pub render: Duration,
+    /// What the kernel holds, read back (full syncs).
+    pub read: Duration,
+    /// The transaction planned: the diff.
+    pub plan: Duration,
+    /// Encoding the batch and the kernel's commit.
+    pub commit: Duration,
+}
+
+impl Phases {
+    fn ms(d: Duration) -> f64 {
+        (d.as_secs_f64() * 10_000.0).round() / 10.0
+    }
 }
 
 /// Problems of one object, whenever they change (an empty list: resolved). For Events.
@@ -396,7 +420,8 @@ impl SyncLoop {
                     }
                 }
                 if self.listed.insert(kind) {
-                    tracing::debug!(?kind, "listed");
+                    let since_start = self.started.elapsed().unwrap_or_default();
+                    tracing::info!(?kind, ms = Phases::ms(since_start), "listed");
                 }
             }
             Event::SourceProblems(p) => {
@@ -439,6 +464,7 @@ impl SyncLoop {
             self.cache.set_local_addresses(local_addresses());
         }
         let rebuilt = self.cache.rebuild();
+        let mut phases = Phases { model: started.elapsed(), ..Phases::default() };
         if rebuilt.facts_changed {
             self.report_families_without_nodeports();
         }
@@ -454,10 +480,16 @@ impl SyncLoop {
             took: Duration::ZERO,
             error: None,
             programming_latency: Vec::new(),
+            phases: Phases::default(),
         };
         let outcome = if full {
+            let mark = Instant::now();
             let mut table = DesiredTable::new(self.cache.model(), &opts);
-            let result = self.current_table().map_err(|e| format!("reading the table: {e}")).and_then(|mut current| {
+            phases.render = mark.elapsed();
+            let mark = Instant::now();
+            let current = self.current_table();
+            phases.read = mark.elapsed();
+            let result = current.map_err(|e| format!("reading the table: {e}")).and_then(|mut current| {
                 if let Some(c) = &mut current {
                     for f in &c.foreign {
                         tracing::warn!("replacing an object verdict did not write: {f}");
@@ -470,10 +502,14 @@ impl SyncLoop {
                         tracing::info!("leaving chain {chain} of a running `verdict trace` in place");
                     }
                 }
+                let mark = Instant::now();
                 let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
                 let deferred = self.stale_chains.split(&mut plan.transaction);
                 report.objects += plan.transaction.object_count();
+                phases.plan = mark.elapsed();
+                let mark = Instant::now();
                 let stats = self.commit(&plan.transaction).map_err(|e| self.learn(e))?;
+                phases.commit = mark.elapsed();
                 report.bytes += stats.bytes;
                 self.stale_chains.flushed(deferred, Instant::now());
                 table.adopt(plan.result);
@@ -483,13 +519,20 @@ impl SyncLoop {
             result
         } else {
             let table = self.table.as_mut().expect("partial syncs have a table");
+            let mark = Instant::now();
             for c in &rebuilt.changes {
                 table.update(c.old.as_deref(), c.new.as_deref());
             }
+            phases.render = mark.elapsed();
+            let mark = Instant::now();
             let mut tx = table.plan();
             let deferred = self.stale_chains.split(&mut tx);
             report.objects += tx.object_count();
-            match commit_watched(&mut self.nl, self.monitor.as_ref(), &tx) {
+            phases.plan = mark.elapsed();
+            let mark = Instant::now();
+            let committed = commit_watched(&mut self.nl, self.monitor.as_ref(), &tx);
+            phases.commit = mark.elapsed();
+            match committed {
                 Ok((stats, foreign)) => {
                     self.foreign_commit |= foreign;
                     report.bytes += stats.bytes;
@@ -501,6 +544,7 @@ impl SyncLoop {
             }
         };
         report.took = started.elapsed();
+        report.phases = phases;
         let now = Instant::now();
         self.last_sync_end = Some(now);
         match outcome {
@@ -692,6 +736,11 @@ impl SyncLoop {
                 objects = report.objects,
                 bytes = report.bytes,
                 ms = report.took.as_secs_f64() * 1000.0,
+                model_ms = Phases::ms(report.phases.model),
+                render_ms = Phases::ms(report.phases.render),
+                read_ms = Phases::ms(report.phases.read),
+                plan_ms = Phases::ms(report.phases.plan),
+                commit_ms = Phases::ms(report.phases.commit),
                 "synced"
             );
         }

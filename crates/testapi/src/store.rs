@@ -9,9 +9,10 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
@@ -37,6 +38,22 @@ pub(crate) enum ChangeKind {
     Deleted,
 }
 
+/// A stored object state, with its JSON encoding made once, when it was written: like the API
+/// server's watch cache (`cachingObject`), a state sent to many watches, or to one watch of
+/// 100,000 objects, is serialized once, not per event.
+#[derive(Debug)]
+pub(crate) struct Obj {
+    pub value: Value,
+    pub json: Bytes,
+}
+
+impl Obj {
+    fn new(value: Value) -> Arc<Obj> {
+        let json = Bytes::from(serde_json::to_vec(&value).expect("JSON values serialize"));
+        Arc::new(Obj { value, json })
+    }
+}
+
 /// One write, as remembered for watch replay and snapshot reconstruction.
 #[derive(Debug, Clone)]
 struct Change {
@@ -45,16 +62,16 @@ struct Change {
     key: Key,
     kind: ChangeKind,
     /// The object after the change; for deletions its last state stamped with the deletion's RV.
-    object: Value,
+    object: Arc<Obj>,
     /// The object before the change (`None` for creations).
-    prev: Option<Value>,
+    prev: Option<Arc<Obj>>,
 }
 
 /// What a watch connection receives, in order.
 #[derive(Debug, Clone)]
 pub(crate) enum WatchItem {
     /// `ADDED`, `MODIFIED` or `DELETED` with the object.
-    Event(&'static str, Value),
+    Event(&'static str, Arc<Obj>),
     /// A `BOOKMARK` at this RV; `initial_end` marks the end of `sendInitialEvents`.
     Bookmark { rv: u64, initial_end: bool },
     /// An `ERROR` event; the stream ends after it.
@@ -117,7 +134,7 @@ struct WatcherSlot {
 
 #[derive(Debug, Clone)]
 struct Stored {
-    value: Value,
+    value: Arc<Obj>,
     /// RV of the creation, to list events in the order they were created.
     created_rv: u64,
 }
@@ -201,12 +218,12 @@ impl Store {
     }
 
     pub fn get(&self, ty: TypeIdx, key: &Key) -> Option<Value> {
-        self.lock().objects[ty].get(key).map(|s| s.value.clone())
+        self.lock().objects[ty].get(key).map(|s| s.value.value.clone())
     }
 
     /// Current objects of a type, in key order.
     pub fn all(&self, ty: TypeIdx) -> Vec<Value> {
-        self.lock().objects[ty].values().map(|s| s.value.clone()).collect()
+        self.lock().objects[ty].values().map(|s| s.value.value.clone()).collect()
     }
 
     /// Current objects of several types, in creation order.
@@ -214,7 +231,7 @@ impl Store {
         let st = self.lock();
         let mut found: Vec<&Stored> = types.iter().flat_map(|&t| st.objects[t].values()).collect();
         found.sort_by_key(|s| s.created_rv);
-        found.into_iter().map(|s| s.value.clone()).collect()
+        found.into_iter().map(|s| s.value.value.clone()).collect()
     }
 
     /// One page of the objects of `ty` matching `filter` at `at`, in key order: at most
@@ -252,12 +269,12 @@ impl Store {
             }
             let before = match (&change.kind, &change.prev) {
                 (ChangeKind::Added, _) => None,
-                (_, Some(prev)) => Some(prev),
+                (_, Some(prev)) => Some(&prev.value),
                 (_, None) => unreachable!("modifications and deletions always record the previous object"),
             };
             undone.insert(&change.key, before);
         }
-        let current = st.objects[ty].range((lower, Bound::Unbounded)).map(|(k, s)| (k, Some(&s.value)));
+        let current = st.objects[ty].range((lower, Bound::Unbounded)).map(|(k, s)| (k, Some(&s.value.value)));
         let then = undone.iter().map(|(k, v)| (*k, *v));
         let view = merge_by_key(current, then).filter_map(|(k, v)| v.map(|v| (k, v)));
         let mut matching = view.filter(|(_, v)| filter.matches(v));
@@ -290,16 +307,17 @@ impl Store {
             _ => {}
         }
         if let (Some(want), Some(old)) = (precondition_rv, &old)
-            && old.value["metadata"]["resourceVersion"].as_str() != Some(want)
+            && old.value.value["metadata"]["resourceVersion"].as_str() != Some(want)
         {
             return Err(ApiError::conflict(&t.group, &t.plural, &key.1));
         }
         let rv = st.rv + 1;
-        let stamped = stamp(&t, &key, obj, old.as_ref().map(|o| &o.value), rv);
+        let stamped = stamp(&t, &key, obj, old.as_ref().map(|o| &o.value.value), rv);
         let created_rv = old.as_ref().map_or(rv, |o| o.created_rv);
         let kind = if old.is_some() { ChangeKind::Modified } else { ChangeKind::Added };
-        st.objects[ty].insert(key.clone(), Stored { value: stamped.clone(), created_rv });
-        st.commit(Change { rv, ty, key, kind, object: stamped.clone(), prev: old.map(|o| o.value) });
+        let object = Obj::new(stamped.clone());
+        st.objects[ty].insert(key.clone(), Stored { value: object.clone(), created_rv });
+        st.commit(Change { rv, ty, key, kind, object, prev: old.map(|o| o.value) });
         Ok(stamped)
     }
 
@@ -311,20 +329,20 @@ impl Store {
             return Err(ApiError::not_found(&t.group, &t.plural, &key.1));
         };
         if let Some(want) = precondition_rv
-            && old.value["metadata"]["resourceVersion"].as_str() != Some(want)
+            && old.value.value["metadata"]["resourceVersion"].as_str() != Some(want)
         {
             return Err(ApiError::conflict(&t.group, &t.plural, &key.1));
         }
         let old = st.objects[ty].remove(key).expect("checked above").value;
         let rv = st.rv + 1;
-        let mut gone = old.clone();
+        let mut gone = old.value.clone();
         gone["metadata"]["resourceVersion"] = json!(rv.to_string());
         st.commit(Change {
             rv,
             ty,
             key: key.clone(),
             kind: ChangeKind::Deleted,
-            object: gone.clone(),
+            object: Obj::new(gone.clone()),
             prev: Some(old),
         });
         Ok(gone)
@@ -368,7 +386,7 @@ impl Store {
                     items.extend(
                         st.objects[ty]
                             .values()
-                            .filter(|s| filter.matches(&s.value))
+                            .filter(|s| filter.matches(&s.value.value))
                             .map(|s| WatchItem::Event("ADDED", s.value.clone())),
                     );
                 }
@@ -489,15 +507,15 @@ impl State {
 /// that starts matching the selector is `ADDED`, one that stops matching is `DELETED` (its
 /// previous state at the change's RV), and changes invisible before and after are skipped.
 fn event_for(change: &Change, filter: &Filter) -> Option<WatchItem> {
-    let now = change.kind != ChangeKind::Deleted && filter.matches(&change.object);
-    let before = change.prev.as_ref().is_some_and(|p| filter.matches(p));
+    let now = change.kind != ChangeKind::Deleted && filter.matches(&change.object.value);
+    let before = change.prev.as_ref().is_some_and(|p| filter.matches(&p.value));
     match (now, before) {
         (true, false) => Some(WatchItem::Event("ADDED", change.object.clone())),
         (true, true) => Some(WatchItem::Event("MODIFIED", change.object.clone())),
         (false, true) => {
-            let mut last = change.prev.clone().expect("matched before");
+            let mut last = change.prev.as_ref().expect("matched before").value.clone();
             last["metadata"]["resourceVersion"] = json!(change.rv.to_string());
-            Some(WatchItem::Event("DELETED", last))
+            Some(WatchItem::Event("DELETED", Obj::new(last)))
         }
         (false, false) => None,
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::Instant;
 
 use crate::output::Output;
@@ -149,7 +149,7 @@ impl Session {
                 while chunk.len() < PENDING_CHUNK
                     && let Some(item) = self.pending.pop_front()
                 {
-                    chunk.extend_from_slice(&self.encode(item));
+                    self.encode_into(item, &mut chunk);
                 }
                 return Some(Ok(Bytes::from(chunk)));
             }
@@ -161,7 +161,11 @@ impl Session {
                 biased;
                 _ = self.handle.termination.changed() => return self.terminate(),
                 _ = tokio::time::sleep_until(self.deadline) => return None,
-                item = self.handle.rx.recv() => return item.map(|item| Ok(self.encode(item))),
+                item = self.handle.rx.recv() => return item.map(|item| {
+                    let mut line = Vec::new();
+                    self.encode_into(item, &mut line);
+                    Ok(Bytes::from(line))
+                }),
                 _ = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
                     // Queued through the store so it lands behind every event it covers.
                     self.store.bookmark(self.handle.id);
@@ -181,9 +185,19 @@ impl Session {
         }
     }
 
-    fn encode(&self, item: WatchItem) -> Bytes {
+    /// Appends the event's line to `out`.
+    fn encode_into(&self, item: WatchItem, out: &mut Vec<u8>) {
         let event = match item {
-            WatchItem::Event(kind, object) => json!({"type": kind, "object": self.output.object(object)}),
+            WatchItem::Event(kind, object) if self.output == Output::Full => {
+                // The object's JSON was made when it was written (the watch cache's way).
+                out.extend_from_slice(b"{\"type\":\"");
+                out.extend_from_slice(kind.as_bytes());
+                out.extend_from_slice(b"\",\"object\":");
+                out.extend_from_slice(&object.json);
+                out.extend_from_slice(b"}\n");
+                return;
+            }
+            WatchItem::Event(kind, object) => json!({"type": kind, "object": self.output.object(object.value.clone())}),
             WatchItem::Bookmark { rv, initial_end } => {
                 let (api_version, kind) = self.output.bookmark_type(&self.ty);
                 let mut metadata = json!({"resourceVersion": rv.to_string()});
@@ -194,14 +208,9 @@ impl Session {
             }
             WatchItem::Error(err) => json!({"type": "ERROR", "object": err.to_status()}),
         };
-        line(&event)
+        serde_json::to_writer(&mut *out, &event).expect("JSON values serialize");
+        out.push(b'\n');
     }
-}
-
-fn line(value: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(value).expect("JSON values serialize");
-    bytes.push(b'\n');
-    Bytes::from(bytes)
 }
 
 #[cfg(test)]
