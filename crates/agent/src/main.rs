@@ -17,6 +17,12 @@ use clap::Parser;
 use cli::{Cli, Command, LogFormat};
 use std::process::ExitCode;
 
+/// jemalloc instead of glibc's malloc: the agent allocates on the watchers' threads (decoding)
+/// and on the sync thread (model, table), and glibc's per-thread arenas made the same 100k
+/// Service start 1.4x slower (docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const EXIT_FAILURE: u8 = 1;
 const EXIT_USAGE: u8 = 64;
 

@@ -143,7 +143,7 @@ impl DesiredTable {
             match old.get(&(set.as_str(), *key)) {
                 // Shared elements are all alike: the reference simply carries over.
                 Some(_) if is_shared(set) => {}
-                Some(prev) if *prev == elem && self.current(set, key) == Some(elem) => {}
+                Some(prev) if *prev == elem && self.current(set, key).as_ref() == Some(elem) => {}
                 Some(_) => self.set_element(set, *key, elem.clone()),
                 None => self.add_element(set, *key, elem.clone()),
             }
@@ -207,12 +207,12 @@ impl DesiredTable {
         out
     }
 
-    fn current(&self, set: &str, key: &Blob) -> Option<&Elem> {
+    fn current(&self, set: &str, key: &Blob) -> Option<Elem> {
         self.ruleset.sets.get(set)?.elements.get(key)
     }
 
     fn touch_element(&mut self, set: &str, key: Blob) {
-        let before = self.current(set, &key).cloned();
+        let before = self.current(set, &key);
         self.pending.elements.entry((set.to_string(), key)).or_insert(before);
     }
 
@@ -330,8 +330,8 @@ impl DesiredTable {
                 continue;
             }
             let after = self.current(set, key);
-            if before.as_ref() != after {
-                changes.elements.entry(set.clone()).or_default().push((*key, before.clone(), after.cloned()));
+            if *before != after {
+                changes.elements.entry(set.clone()).or_default().push((*key, before.clone(), after));
             }
         }
         for elems in changes.elements.values_mut() {

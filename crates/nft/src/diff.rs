@@ -95,20 +95,20 @@ fn element_changes(old: &ElementMap, new: &ElementMap) -> Vec<(Blob, Option<Elem
             (Some((ka, _)), Some((kb, _))) if ka == kb => {
                 let ((k, ea), (_, eb)) = (a.next().unwrap(), b.next().unwrap());
                 if ea != eb {
-                    out.push((*k, Some(ea.clone()), Some(eb.clone())));
+                    out.push((k, Some(ea), Some(eb)));
                 }
             }
             (Some((ka, _)), Some((kb, _))) if ka < kb => {
                 let (k, e) = a.next().unwrap();
-                out.push((*k, Some(e.clone()), None));
+                out.push((k, Some(e), None));
             }
             (Some(_), None) => {
                 let (k, e) = a.next().unwrap();
-                out.push((*k, Some(e.clone()), None));
+                out.push((k, Some(e), None));
             }
             _ => {
                 let (k, e) = b.next().unwrap();
-                out.push((*k, None, Some(e.clone())));
+                out.push((k, None, Some(e)));
             }
         }
     }
@@ -229,12 +229,11 @@ fn keep_slots(old: &Set, want: &mut Set) {
     for (gkey, wanted) in groups(&want.elements, prefix) {
         while old_groups.next_if(|(k, _)| *k < gkey).is_some() {}
         let Some((_, current)) = old_groups.next_if(|(k, _)| *k == gkey) else { continue };
-        if current.iter().map(|(k, e)| (*k, *e)).eq(wanted.iter().map(|(k, e)| (*k, *e))) {
+        if current == wanted {
             continue;
         }
-        let owned = |g: &[(&Blob, &Elem)]| g.iter().map(|(k, e)| (**k, (*e).clone())).collect::<Vec<_>>();
-        let stable = stable_slots(&owned(&current), owned(&wanted));
-        moved.extend(stable.into_iter().filter(|(k, e)| want.elements.get(k) != Some(e)));
+        let stable = stable_slots(&current, wanted);
+        moved.extend(stable.into_iter().filter(|(k, e)| want.elements.get(k).as_ref() != Some(e)));
     }
     if !moved.is_empty() {
         let elements = Arc::make_mut(&mut want.elements);
@@ -245,7 +244,7 @@ fn keep_slots(old: &Set, want: &mut Set) {
 }
 
 /// The elements of a slot-keyed map, grouped by the key prefix before the slot.
-fn groups(elements: &ElementMap, prefix: usize) -> impl Iterator<Item = (Blob, Vec<(&Blob, &Elem)>)> {
+fn groups(elements: &ElementMap, prefix: usize) -> impl Iterator<Item = (Blob, Vec<(Blob, Elem)>)> + '_ {
     let mut it = elements.iter().peekable();
     std::iter::from_fn(move || {
         let (k, e) = it.next()?;

@@ -1,34 +1,319 @@
-//! The elements of one set or map, kept as compactly as their kind allows.
+//! The elements of one set or map, kept as compactly as their shape allows.
 //!
-//! At 10^6 elements the container is most of the agent's memory. Half of a large table's
-//! elements carry nothing but a key (the `hairpin` and `cluster-ips` sets): kept as
-//! [`Elem`]s they cost 89 bytes each, as bare keys 33. An [`ElementMap`] therefore holds keys
-//! alone until an element with data or a comment arrives, and behaves as a sorted map either
-//! way.
+//! At 10^6 elements the container is the largest thing the agent holds. Every element of a
+//! kernel set has a key of the same length, and in a map data of the same kind (a verdict, or
+//! a value of one length), so an [`ElementMap`] keeps them as packed records in sorted chunks:
+//! an IPv4 endpoint slot (16-byte key, 8-byte value, a shared comment) costs 40 bytes instead
+//! of the 89 of a `BTreeMap<Blob, Elem>` entry, and a hairpin pair (8-byte key) 8 instead of
+//! 33. Elements that do not fit one shape (only a foreign table read back could hold them)
+//! are kept in a plain `BTreeMap`. Either way it reads as a sorted map; values come out by
+//! value (a [`Blob`] is `Copy`, an [`Elem`] holds reference-counted strings).
 
-use crate::ruleset::{Blob, Elem};
-use std::collections::{BTreeMap, BTreeSet, btree_map, btree_set};
+use crate::ruleset::{Blob, Elem, ElemData, Verdict};
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-/// The element every plain-set key stands for.
-static PLAIN: Elem = Elem { data: None, comment: None };
+/// Elements per chunk after a bulk build or a split; a chunk splits when it reaches twice
+/// this. Small enough that an insert moves a few KiB, large enough that the chunk index of a
+/// million elements is a few thousand entries.
+const CHUNK: usize = 128;
 
 /// Elements by key, sorted by key.
-#[derive(Clone, Eq)]
-pub enum ElementMap {
-    /// Every element is plain (no data, no comment).
-    Keys(BTreeSet<Blob>),
-    /// Some element carries data or a comment.
-    Full(BTreeMap<Blob, Elem>),
+#[derive(Clone, Default)]
+pub struct ElementMap {
+    repr: Repr,
 }
 
-impl Default for ElementMap {
-    fn default() -> ElementMap {
-        ElementMap::Keys(BTreeSet::new())
+#[derive(Clone)]
+enum Repr {
+    Packed(Packed),
+    /// Elements of mixed shapes.
+    Mixed(BTreeMap<Blob, Elem>),
+}
+
+impl Default for Repr {
+    fn default() -> Repr {
+        Repr::Packed(Packed::default())
     }
 }
 
-fn is_plain(elem: &Elem) -> bool {
-    elem.data.is_none() && elem.comment.is_none()
+/// What every element of a packed map carries besides its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum DataShape {
+    /// Nothing: a set.
+    #[default]
+    Plain,
+    /// A value of this many bytes.
+    Value(u8),
+    /// A verdict.
+    Verdict,
+}
+
+impl DataShape {
+    fn of(elem: &Elem) -> DataShape {
+        match &elem.data {
+            None => DataShape::Plain,
+            Some(ElemData::Value(v)) => DataShape::Value(v.as_slice().len() as u8),
+            Some(ElemData::Verdict(_)) => DataShape::Verdict,
+        }
+    }
+}
+
+/// Elements of one shape, in sorted chunks of parallel columns.
+#[derive(Clone, Default)]
+struct Packed {
+    key_len: u8,
+    shape: DataShape,
+    len: usize,
+    chunks: Vec<Chunk>,
+}
+
+#[derive(Clone, Default)]
+struct Chunk {
+    /// `key_len` bytes per element.
+    keys: Vec<u8>,
+    /// `DataShape::Value` bytes per element.
+    values: Vec<u8>,
+    /// One per element in a verdict map.
+    verdicts: Vec<Verdict>,
+    /// One per element, or none at all while no element of the chunk has a comment.
+    comments: Vec<Option<Arc<str>>>,
+}
+
+impl Chunk {
+    fn len(&self, key_len: usize) -> usize {
+        self.keys.len() / key_len.max(1)
+    }
+
+    fn key(&self, key_len: usize, i: usize) -> &[u8] {
+        &self.keys[i * key_len..(i + 1) * key_len]
+    }
+
+    /// Where `key` is or would go.
+    fn search(&self, key_len: usize, key: &[u8]) -> Result<usize, usize> {
+        let (mut lo, mut hi) = (0, self.len(key_len));
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.key(key_len, mid).cmp(key) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+
+    fn elem(&self, shape: DataShape, i: usize) -> Elem {
+        let data = match shape {
+            DataShape::Plain => None,
+            DataShape::Value(n) => {
+                let n = n as usize;
+                Some(ElemData::Value(Blob::new(&self.values[i * n..(i + 1) * n])))
+            }
+            DataShape::Verdict => Some(ElemData::Verdict(self.verdicts[i].clone())),
+        };
+        Elem { data, comment: self.comments.get(i).cloned().flatten() }
+    }
+
+    /// Appends or inserts at `i` (the caller checked the shape).
+    fn insert(&mut self, key_len: usize, i: usize, key: &[u8], elem: Elem) {
+        let n = self.len(key_len);
+        self.keys.splice(i * key_len..i * key_len, key.iter().copied());
+        match elem.data {
+            None => {}
+            Some(ElemData::Value(v)) => {
+                let w = v.as_slice().len();
+                self.values.splice(i * w..i * w, v.as_slice().iter().copied());
+            }
+            Some(ElemData::Verdict(v)) => self.verdicts.insert(i, v),
+        }
+        if elem.comment.is_some() || !self.comments.is_empty() {
+            if self.comments.is_empty() {
+                self.comments = vec![None; n];
+            }
+            self.comments.insert(i, elem.comment);
+        }
+    }
+
+    fn replace(&mut self, key_len: usize, shape: DataShape, i: usize, elem: Elem) {
+        match (shape, elem.data) {
+            (DataShape::Value(n), Some(ElemData::Value(v))) => {
+                let n = n as usize;
+                self.values[i * n..(i + 1) * n].copy_from_slice(v.as_slice());
+            }
+            (DataShape::Verdict, Some(ElemData::Verdict(v))) => self.verdicts[i] = v,
+            _ => {}
+        }
+        if elem.comment.is_some() && self.comments.is_empty() {
+            self.comments = vec![None; self.len(key_len)];
+        }
+        if !self.comments.is_empty() {
+            self.comments[i] = elem.comment;
+            if self.comments.iter().all(Option::is_none) {
+                self.comments = Vec::new();
+            }
+        }
+    }
+
+    fn remove(&mut self, key_len: usize, shape: DataShape, i: usize) {
+        self.keys.drain(i * key_len..(i + 1) * key_len);
+        match shape {
+            DataShape::Plain => {}
+            DataShape::Value(n) => {
+                let n = n as usize;
+                self.values.drain(i * n..(i + 1) * n);
+            }
+            DataShape::Verdict => {
+                self.verdicts.remove(i);
+            }
+        }
+        if !self.comments.is_empty() {
+            self.comments.remove(i);
+            if self.comments.iter().all(Option::is_none) {
+                self.comments = Vec::new();
+            }
+        }
+    }
+
+    /// Moves the elements from `at` on into a new chunk.
+    fn split_off(&mut self, key_len: usize, shape: DataShape, at: usize) -> Chunk {
+        let mut tail = Chunk { keys: self.keys.split_off(at * key_len), ..Chunk::default() };
+        match shape {
+            DataShape::Plain => {}
+            DataShape::Value(n) => tail.values = self.values.split_off(at * n as usize),
+            DataShape::Verdict => tail.verdicts = self.verdicts.split_off(at),
+        }
+        if !self.comments.is_empty() {
+            tail.comments = self.comments.split_off(at);
+        }
+        self.shrink();
+        tail.shrink();
+        tail
+    }
+
+    fn shrink(&mut self) {
+        self.keys.shrink_to_fit();
+        self.values.shrink_to_fit();
+        self.verdicts.shrink_to_fit();
+        self.comments.shrink_to_fit();
+    }
+}
+
+impl Packed {
+    fn fits(&self, key: &Blob, elem: &Elem) -> bool {
+        self.len == 0 || (key.as_slice().len() == self.key_len as usize && DataShape::of(elem) == self.shape)
+    }
+
+    /// The chunk that holds `key` or would hold it.
+    fn chunk_of(&self, key: &[u8]) -> usize {
+        let kl = self.key_len as usize;
+        self.chunks.partition_point(|c| c.key(kl, 0) <= key).saturating_sub(1)
+    }
+
+    fn find(&self, key: &Blob) -> Option<(usize, usize)> {
+        if self.len == 0 || key.as_slice().len() != self.key_len as usize {
+            return None;
+        }
+        let c = self.chunk_of(key.as_slice());
+        self.chunks[c].search(self.key_len as usize, key.as_slice()).ok().map(|i| (c, i))
+    }
+
+    fn get(&self, key: &Blob) -> Option<Elem> {
+        self.find(key).map(|(c, i)| self.chunks[c].elem(self.shape, i))
+    }
+
+    /// Inserts an element of this map's shape (see [`Packed::fits`]).
+    fn insert(&mut self, key: Blob, elem: Elem) -> Option<Elem> {
+        if self.len == 0 {
+            self.key_len = key.as_slice().len() as u8;
+            self.shape = DataShape::of(&elem);
+            self.chunks.clear();
+        }
+        let kl = self.key_len as usize;
+        if self.chunks.is_empty() {
+            let mut first = Chunk::default();
+            first.insert(kl, 0, key.as_slice(), elem);
+            self.chunks.push(first);
+            self.len = 1;
+            return None;
+        }
+        let c = self.chunk_of(key.as_slice());
+        let chunk = &mut self.chunks[c];
+        match chunk.search(kl, key.as_slice()) {
+            Ok(i) => {
+                let old = chunk.elem(self.shape, i);
+                chunk.replace(kl, self.shape, i, elem);
+                Some(old)
+            }
+            Err(i) => {
+                chunk.insert(kl, i, key.as_slice(), elem);
+                self.len += 1;
+                if chunk.len(kl) >= 2 * CHUNK {
+                    let tail = chunk.split_off(kl, self.shape, CHUNK);
+                    self.chunks.insert(c + 1, tail);
+                }
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &Blob) -> Option<Elem> {
+        let (c, i) = self.find(key)?;
+        let kl = self.key_len as usize;
+        let chunk = &mut self.chunks[c];
+        let old = chunk.elem(self.shape, i);
+        chunk.remove(kl, self.shape, i);
+        if chunk.keys.is_empty() {
+            self.chunks.remove(c);
+        }
+        self.len -= 1;
+        if self.len == 0 {
+            *self = Packed::default();
+        }
+        Some(old)
+    }
+
+    /// From elements sorted by key, without duplicates, all of one shape.
+    fn from_sorted(sorted: Vec<(Blob, Elem)>) -> Packed {
+        let Some((first_key, first)) = sorted.first() else { return Packed::default() };
+        let key_len = first_key.as_slice().len();
+        let shape = DataShape::of(first);
+        let mut packed = Packed { key_len: key_len as u8, shape, len: sorted.len(), chunks: Vec::new() };
+        let per_value = match shape {
+            DataShape::Value(n) => n as usize,
+            _ => 0,
+        };
+        let mut it = sorted.into_iter().peekable();
+        while it.peek().is_some() {
+            let batch: Vec<(Blob, Elem)> = it.by_ref().take(CHUNK).collect();
+            let mut chunk = Chunk {
+                keys: Vec::with_capacity(batch.len() * key_len),
+                values: Vec::with_capacity(batch.len() * per_value),
+                ..Chunk::default()
+            };
+            if shape == DataShape::Verdict {
+                chunk.verdicts.reserve_exact(batch.len());
+            }
+            if batch.iter().any(|(_, e)| e.comment.is_some()) {
+                chunk.comments.reserve_exact(batch.len());
+            }
+            let with_comments = chunk.comments.capacity() > 0;
+            for (key, elem) in batch {
+                chunk.keys.extend_from_slice(key.as_slice());
+                match elem.data {
+                    None => {}
+                    Some(ElemData::Value(v)) => chunk.values.extend_from_slice(v.as_slice()),
+                    Some(ElemData::Verdict(v)) => chunk.verdicts.push(v),
+                }
+                if with_comments {
+                    chunk.comments.push(elem.comment);
+                }
+            }
+            packed.chunks.push(chunk);
+        }
+        packed
+    }
 }
 
 impl ElementMap {
@@ -39,9 +324,9 @@ impl ElementMap {
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        match self {
-            ElementMap::Keys(keys) => keys.len(),
-            ElementMap::Full(map) => map.len(),
+        match &self.repr {
+            Repr::Packed(p) => p.len,
+            Repr::Mixed(map) => map.len(),
         }
     }
 
@@ -51,75 +336,91 @@ impl ElementMap {
     }
 
     /// The element under `key`.
-    pub fn get(&self, key: &Blob) -> Option<&Elem> {
-        match self {
-            ElementMap::Keys(keys) => keys.contains(key).then_some(&PLAIN),
-            ElementMap::Full(map) => map.get(key),
+    pub fn get(&self, key: &Blob) -> Option<Elem> {
+        match &self.repr {
+            Repr::Packed(p) => p.get(key),
+            Repr::Mixed(map) => map.get(key).cloned(),
         }
     }
 
     /// Whether `key` is present.
     pub fn contains_key(&self, key: &Blob) -> bool {
-        match self {
-            ElementMap::Keys(keys) => keys.contains(key),
-            ElementMap::Full(map) => map.contains_key(key),
+        match &self.repr {
+            Repr::Packed(p) => p.find(key).is_some(),
+            Repr::Mixed(map) => map.contains_key(key),
         }
     }
 
     /// Sets `key` to `elem`, returning what it was.
     pub fn insert(&mut self, key: Blob, elem: Elem) -> Option<Elem> {
-        if let ElementMap::Keys(keys) = self {
-            if is_plain(&elem) {
-                return (!keys.insert(key)).then(Elem::plain);
+        if let Repr::Packed(p) = &mut self.repr {
+            if p.fits(&key, &elem) {
+                return p.insert(key, elem);
             }
-            let full = std::mem::take(keys).into_iter().map(|k| (k, Elem::plain())).collect();
-            *self = ElementMap::Full(full);
+            let mixed = self.iter().collect();
+            self.repr = Repr::Mixed(mixed);
         }
-        match self {
-            ElementMap::Full(map) => map.insert(key, elem),
-            ElementMap::Keys(_) => unreachable!("converted above"),
+        match &mut self.repr {
+            Repr::Mixed(map) => map.insert(key, elem),
+            Repr::Packed(_) => unreachable!("converted above"),
         }
     }
 
     /// Removes `key`, returning its element.
     pub fn remove(&mut self, key: &Blob) -> Option<Elem> {
-        match self {
-            ElementMap::Keys(keys) => keys.remove(key).then(Elem::plain),
-            ElementMap::Full(map) => map.remove(key),
+        match &mut self.repr {
+            Repr::Packed(p) => p.remove(key),
+            Repr::Mixed(map) => map.remove(key),
         }
     }
 
     /// Elements in key order.
     pub fn iter(&self) -> Iter<'_> {
-        match self {
-            ElementMap::Keys(keys) => Iter::Keys(keys.iter()),
-            ElementMap::Full(map) => Iter::Full(map.iter()),
+        match &self.repr {
+            Repr::Packed(p) => Iter(Walk::Packed { map: p, chunk: 0, at: 0, left: p.len }),
+            Repr::Mixed(map) => Iter(Walk::Mixed(map.iter())),
         }
+    }
+
+    /// Keys in key order.
+    pub fn keys(&self) -> impl Iterator<Item = Blob> + '_ {
+        self.iter().map(|(k, _)| k)
     }
 }
 
 /// Iterator over an [`ElementMap`], in key order.
-pub enum Iter<'a> {
-    /// Over bare keys.
-    Keys(btree_set::Iter<'a, Blob>),
-    /// Over full elements.
-    Full(btree_map::Iter<'a, Blob, Elem>),
+pub struct Iter<'a>(Walk<'a>);
+
+enum Walk<'a> {
+    Packed { map: &'a Packed, chunk: usize, at: usize, left: usize },
+    Mixed(std::collections::btree_map::Iter<'a, Blob, Elem>),
 }
 
-impl<'a> Iterator for Iter<'a> {
-    type Item = (&'a Blob, &'a Elem);
+impl Iterator for Iter<'_> {
+    type Item = (Blob, Elem);
 
-    fn next(&mut self) -> Option<Self::Item> {
-        match self {
-            Iter::Keys(it) => it.next().map(|k| (k, &PLAIN)),
-            Iter::Full(it) => it.next(),
+    fn next(&mut self) -> Option<(Blob, Elem)> {
+        match &mut self.0 {
+            Walk::Packed { map, chunk, at, left } => {
+                let kl = map.key_len as usize;
+                let c = map.chunks.get(*chunk)?;
+                let item = (Blob::new(c.key(kl, *at)), c.elem(map.shape, *at));
+                *at += 1;
+                *left -= 1;
+                if *at == c.len(kl) {
+                    *chunk += 1;
+                    *at = 0;
+                }
+                Some(item)
+            }
+            Walk::Mixed(it) => it.next().map(|(k, e)| (*k, e.clone())),
         }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        match self {
-            Iter::Keys(it) => it.size_hint(),
-            Iter::Full(it) => it.size_hint(),
+        match &self.0 {
+            Walk::Packed { left, .. } => (*left, Some(*left)),
+            Walk::Mixed(it) => it.size_hint(),
         }
     }
 }
@@ -127,7 +428,7 @@ impl<'a> Iterator for Iter<'a> {
 impl ExactSizeIterator for Iter<'_> {}
 
 impl<'a> IntoIterator for &'a ElementMap {
-    type Item = (&'a Blob, &'a Elem);
+    type Item = (Blob, Elem);
     type IntoIter = Iter<'a>;
 
     fn into_iter(self) -> Iter<'a> {
@@ -138,13 +439,11 @@ impl<'a> IntoIterator for &'a ElementMap {
 /// Equal when they hold the same elements, whichever form holds them.
 impl PartialEq for ElementMap {
     fn eq(&self, other: &ElementMap) -> bool {
-        match (self, other) {
-            (ElementMap::Keys(a), ElementMap::Keys(b)) => a == b,
-            (ElementMap::Full(a), ElementMap::Full(b)) => a == b,
-            _ => self.len() == other.len() && self.iter().eq(other.iter()),
-        }
+        self.len() == other.len() && self.iter().eq(other.iter())
     }
 }
+
+impl Eq for ElementMap {}
 
 impl std::fmt::Debug for ElementMap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -154,12 +453,23 @@ impl std::fmt::Debug for ElementMap {
 
 impl FromIterator<(Blob, Elem)> for ElementMap {
     fn from_iter<I: IntoIterator<Item = (Blob, Elem)>>(iter: I) -> ElementMap {
-        let all: Vec<(Blob, Elem)> = iter.into_iter().collect();
-        if all.iter().all(|(_, e)| is_plain(e)) {
-            ElementMap::Keys(all.into_iter().map(|(k, _)| k).collect())
-        } else {
-            ElementMap::Full(all.into_iter().collect())
-        }
+        let mut sorted: Vec<(Blob, Elem)> = iter.into_iter().collect();
+        // Stable, and of equal keys the last one given is kept (as a map's inserts would).
+        sorted.sort_by_key(|e| e.0);
+        sorted.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        let uniform = sorted.first().is_none_or(|(k0, e0)| {
+            let (kl, shape) = (k0.as_slice().len(), DataShape::of(e0));
+            sorted.iter().all(|(k, e)| k.as_slice().len() == kl && DataShape::of(e) == shape)
+        });
+        let repr =
+            if uniform { Repr::Packed(Packed::from_sorted(sorted)) } else { Repr::Mixed(sorted.into_iter().collect()) };
+        ElementMap { repr }
     }
 }
 
@@ -170,52 +480,4 @@ impl<const N: usize> From<[(Blob, Elem); N]> for ElementMap {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ruleset::Verdict;
-    use std::sync::Arc;
-
-    fn key(b: u8) -> Blob {
-        Blob::new(&[10, 0, 0, b])
-    }
-
-    fn commented() -> Elem {
-        Elem::verdict(Verdict::Accept, Some(Arc::from("ns/svc:http")))
-    }
-
-    #[test]
-    fn plain_elements_stay_bare_keys_until_one_carries_something() {
-        let mut m = ElementMap::new();
-        assert_eq!(m.insert(key(2), Elem::plain()), None);
-        assert_eq!(m.insert(key(1), Elem::plain()), None);
-        assert_eq!(m.insert(key(1), Elem::plain()), Some(Elem::plain()));
-        assert!(matches!(m, ElementMap::Keys(_)));
-        assert_eq!(m.insert(key(3), commented()), None);
-        assert!(matches!(m, ElementMap::Full(_)));
-        let all: Vec<(Blob, Elem)> = m.iter().map(|(k, e)| (*k, e.clone())).collect();
-        assert_eq!(all, vec![(key(1), Elem::plain()), (key(2), Elem::plain()), (key(3), commented())]);
-        assert_eq!(m.remove(&key(2)), Some(Elem::plain()));
-        assert_eq!(m.get(&key(3)), Some(&commented()));
-        assert_eq!(m.get(&key(2)), None);
-        assert_eq!(m.len(), 2);
-    }
-
-    #[test]
-    fn equality_ignores_the_form() {
-        let keys: ElementMap = [(key(1), Elem::plain()), (key(2), Elem::plain())].into();
-        let full = ElementMap::Full(BTreeMap::from([(key(1), Elem::plain()), (key(2), Elem::plain())]));
-        assert!(matches!(keys, ElementMap::Keys(_)));
-        assert_eq!(keys, full);
-        let other = ElementMap::Full(BTreeMap::from([(key(1), Elem::plain()), (key(2), commented())]));
-        assert_ne!(keys, other);
-        assert_ne!(keys, ElementMap::Keys(BTreeSet::from([key(1)])));
-    }
-
-    #[test]
-    fn a_bare_key_reads_as_a_plain_element() {
-        let m: ElementMap = [(key(7), Elem::plain())].into();
-        assert_eq!(m.get(&key(7)), Some(&Elem::plain()));
-        assert!(m.contains_key(&key(7)));
-        assert_eq!(m.iter().map(|(k, e)| (*k, e.clone())).collect::<Vec<_>>(), vec![(key(7), Elem::plain())]);
-    }
-}
+mod tests;

@@ -193,11 +193,11 @@ impl Set {
     /// endpoints in different slots compare equal (see [`Ruleset::equivalent`]).
     pub fn canonical_elements(&self) -> BTreeMap<Blob, Elem> {
         let Some(prefix) = self.decl.slot_prefix_len() else {
-            return self.elements.iter().map(|(k, e)| (*k, e.clone())).collect();
+            return self.elements.iter().collect();
         };
         let mut groups: BTreeMap<Blob, Vec<(Blob, Elem)>> = BTreeMap::new();
         for (key, elem) in self.elements.iter() {
-            groups.entry(key.prefix(prefix)).or_default().push((*key, elem.clone()));
+            groups.entry(key.prefix(prefix)).or_default().push((key, elem));
         }
         let mut out = BTreeMap::new();
         for mut members in groups.into_values() {

@@ -99,7 +99,7 @@ pub fn encode(stamp: &Stamp, ruleset: &Ruleset) -> Vec<u8> {
         put_str(&mut body, name);
         put_u32(&mut body, set.elements.len() as u32);
         for (key, elem) in set.elements.iter() {
-            put_blob(&mut body, key);
+            put_blob(&mut body, &key);
             match &elem.data {
                 None => body.push(0),
                 Some(ElemData::Value(v)) => {
@@ -139,17 +139,19 @@ pub fn encode(stamp: &Stamp, ruleset: &Ruleset) -> Vec<u8> {
 
 /// Comments and chain names, each written once and referred to by number (from 1).
 #[derive(Default)]
-struct Interner<'r> {
-    list: Vec<&'r str>,
-    index: HashMap<&'r str, u32>,
+struct Interner {
+    list: Vec<Arc<str>>,
+    index: HashMap<Arc<str>, u32>,
 }
 
-impl<'r> Interner<'r> {
-    fn id(&mut self, s: &'r str) -> u32 {
-        *self.index.entry(s).or_insert_with(|| {
-            self.list.push(s);
-            self.list.len() as u32
-        })
+impl Interner {
+    fn id(&mut self, s: &Arc<str>) -> u32 {
+        if let Some(id) = self.index.get(s) {
+            return *id;
+        }
+        self.list.push(s.clone());
+        self.index.insert(s.clone(), self.list.len() as u32);
+        self.list.len() as u32
     }
 }
 

@@ -99,7 +99,7 @@ fn elements(d: &SetDecl, elems: &ElementMap) -> String {
     // nft sorts by value: concatenations (and host-order integers) compare as host-endian
     // numbers, addresses and ports as network-order numbers.
     let host_order = key_types.len() > 1 || !key_types[0].big_endian();
-    let mut sorted: Vec<(&Blob, &Elem)> = elems.iter().collect();
+    let mut sorted: Vec<(Blob, Elem)> = elems.iter().collect();
     sorted.sort_by_cached_key(|(k, _)| {
         let mut b = k.as_slice().to_vec();
         if host_order {
@@ -371,7 +371,7 @@ pub fn script(tx: &Transaction) -> String {
             TxOp::AddElements { set, decl, elements: elems } => {
                 let key_types = decl.key_types();
                 let data_types = decl.data.as_ref().map(|s| s.datatypes()).unwrap_or_default();
-                let all: Vec<(&Blob, &Elem)> = elems.iter().collect();
+                let all: Vec<(Blob, Elem)> = elems.iter().collect();
                 for chunk in all.chunks(ELEMENTS_PER_COMMAND) {
                     let body: Vec<String> = chunk
                         .iter()

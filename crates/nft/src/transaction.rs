@@ -28,9 +28,9 @@ impl ElementList {
     }
 
     /// The elements in key order.
-    pub fn iter(&self) -> Box<dyn Iterator<Item = (&Blob, &Elem)> + '_> {
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (Blob, Elem)> + '_> {
         match self {
-            ElementList::List(v) => Box::new(v.iter().map(|(k, e)| (k, e))),
+            ElementList::List(v) => Box::new(v.iter().cloned()),
             ElementList::All(m) => Box::new(m.iter()),
         }
     }

@@ -4,7 +4,7 @@
 //! `cargo xtask bench --e2e` (needs root).
 //!
 //! ```text
-//! verdict-bench-e2e --verdict PATH [--baseline PATH] [--points 1000x10,10000x2,...] [--out DIR]
+//! verdict-bench-e2e --verdict PATH [--baseline PATH] [--points 1000x10,10000x2,...] [--settle S] [--out DIR]
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -17,6 +17,7 @@ struct Args {
     verdict: PathBuf,
     baseline: Option<PathBuf>,
     points: Vec<Point>,
+    settle: std::time::Duration,
     out: PathBuf,
 }
 
@@ -24,7 +25,7 @@ fn parse_args() -> Result<Args> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let get = |name: &str| argv.iter().position(|a| a == name).and_then(|i| argv.get(i + 1)).cloned();
     for a in argv.iter().filter(|a| a.starts_with("--")) {
-        if !["--verdict", "--baseline", "--points", "--out"].contains(&a.as_str()) {
+        if !["--verdict", "--baseline", "--points", "--settle", "--out"].contains(&a.as_str()) {
             bail!("unknown argument {a}");
         }
     }
@@ -33,16 +34,20 @@ fn parse_args() -> Result<Args> {
         verdict: get("--verdict").context("--verdict PATH is required")?.into(),
         baseline: get("--baseline").map(PathBuf::from),
         points: points.split(',').map(str::parse).collect::<Result<_>>()?,
+        settle: std::time::Duration::from_secs_f64(
+            get("--settle").map_or(Ok(15.0), |s| s.parse()).context("--settle")?,
+        ),
         out: get("--out").unwrap_or_else(|| "target/bench".into()).into(),
     })
 }
 
 fn row(who: &str, o: &Outcome) -> String {
     format!(
-        "| {} | {who} | {:.2} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {:.0} | {}+{} | {:.1} | {} |",
+        "| {} | {who} | {:.2} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {:.0} | {}+{} | {:.1} | {} |",
         o.point,
         o.cold.programmed_s,
         o.cold.peak_rss_mib,
+        o.cold.early_rss_mib,
         o.cold.settled_rss_mib,
         o.warm.programmed_s,
         o.warm.full_sync_ms,
@@ -55,7 +60,7 @@ fn row(who: &str, o: &Outcome) -> String {
     )
 }
 
-const HEADER: &str = "| Services x endpoints | binary | start -> programmed s | peak RSS MiB | settled RSS MiB | warm restart -> programmed s | its full sync ms | objects written | warm peak RSS MiB | lists+watches | API MB sent | state saved at stop |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+const HEADER: &str = "| Services x endpoints | binary | start -> programmed s | peak RSS MiB | RSS 3 s after MiB | settled RSS MiB | warm restart -> programmed s | its full sync ms | objects written | warm peak RSS MiB | lists+watches | API MB sent | state saved at stop |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 fn main() -> Result<()> {
     let args = parse_args()?;
@@ -70,11 +75,12 @@ fn main() -> Result<()> {
     println!("{HEADER}");
     for &point in &args.points {
         if let Some(b) = &args.baseline {
-            let o = measure(b, &workdir, point, &[]).with_context(|| format!("baseline at {point}"))?;
+            let o = measure(b, &workdir, point, &[], args.settle).with_context(|| format!("baseline at {point}"))?;
             println!("{}", row("baseline", &o));
             base.push(o);
         }
-        let o = measure(&args.verdict, &workdir, point, &[]).with_context(|| format!("verdict at {point}"))?;
+        let o =
+            measure(&args.verdict, &workdir, point, &[], args.settle).with_context(|| format!("verdict at {point}"))?;
         println!("{}", row("verdict", &o));
         ours.push(o);
     }

@@ -52,7 +52,10 @@ pub struct Start {
     pub objects: u64,
     /// Peak RSS up to a few seconds after it (MiB).
     pub peak_rss_mib: f64,
-    /// RSS once settled (MiB).
+    /// RSS 3 s after the sync (MiB): what was freed may not be handed back yet.
+    pub early_rss_mib: f64,
+    /// RSS once settled (MiB): after the settling time the benchmark was given (the allocator
+    /// hands freed memory back to the kernel over seconds, not at once).
     pub settled_rss_mib: f64,
     /// LIST requests the start cost the API server.
     pub lists: usize,
@@ -75,12 +78,13 @@ pub struct Outcome {
     pub warm: Start,
 }
 
-/// How long RSS is given to settle after the first full sync.
-const SETTLE: Duration = Duration::from_secs(3);
+/// When the first RSS reading is taken after the first full sync.
+const EARLY: Duration = Duration::from_secs(3);
 
 /// Loads `point` into a test API server in a fresh namespace and measures a cold start and a
-/// warm restart of `verdict`, started with `extra` arguments.
-pub fn measure(verdict: &Path, workdir: &Path, point: Point, extra: &[&str]) -> Result<Outcome> {
+/// warm restart of `verdict`, started with `extra` arguments, each given `settle` after its
+/// first full sync before its settled RSS is read.
+pub fn measure(verdict: &Path, workdir: &Path, point: Point, extra: &[&str], settle: Duration) -> Result<Outcome> {
     let lab = ApiLab::new("e2ebench")?;
     load(&lab, point);
     let kubeconfig = workdir.join(format!("kubeconfig-{}", lab.ns.name()));
@@ -90,8 +94,8 @@ pub fn measure(verdict: &Path, workdir: &Path, point: Point, extra: &[&str]) -> 
     // An older binary (a baseline) may not have the flag.
     let mut args = if supports(verdict, "--state-dir") { vec!["--state-dir", state_s.as_str()] } else { vec![] };
     args.extend_from_slice(extra);
-    let cold = start(&lab, verdict, &kubeconfig, point, &args);
-    let warm = cold.is_ok().then(|| start(&lab, verdict, &kubeconfig, point, &args));
+    let cold = start(&lab, verdict, &kubeconfig, point, &args, settle);
+    let warm = cold.is_ok().then(|| start(&lab, verdict, &kubeconfig, point, &args, settle));
     let _ = std::fs::remove_file(&kubeconfig);
     let _ = std::fs::remove_dir_all(&state);
     let (cold, warm) = (cold?, warm.expect("started after a cold start")?);
@@ -121,19 +125,29 @@ pub fn load(lab: &ApiLab, point: Point) {
 }
 
 /// One start of the agent until it has programmed every Service and settled; then SIGTERM.
-pub fn start(lab: &ApiLab, verdict: &Path, kubeconfig: &Path, point: Point, extra: &[&str]) -> Result<Start> {
+pub fn start(
+    lab: &ApiLab,
+    verdict: &Path,
+    kubeconfig: &Path,
+    point: Point,
+    extra: &[&str],
+    settle: Duration,
+) -> Result<Start> {
     lab.server.clear_requests();
     let bytes_before = lab.server.bytes_sent();
     let mut agent = RunningAgent::start(lab.ns.name(), verdict, kubeconfig, NODE, extra)?;
     let want = point.services as u64;
     let synced = agent.wait_synced(Duration::from_secs(600), |s| s.full && s.services == want)?;
-    std::thread::sleep(SETTLE);
+    std::thread::sleep(EARLY.min(settle));
+    let early_rss_mib = agent.rss_mib();
+    std::thread::sleep(settle.saturating_sub(EARLY));
     let requests = lab.server.requests();
     let out = Start {
         programmed_s: synced.at.as_secs_f64(),
         full_sync_ms: synced.ms,
         objects: synced.objects,
         peak_rss_mib: agent.peak_rss_mib(),
+        early_rss_mib,
         settled_rss_mib: agent.rss_mib(),
         lists: requests.iter().filter(|r| r.verb == Verb::List).count(),
         watches: requests.iter().filter(|r| r.verb == Verb::Watch).count(),

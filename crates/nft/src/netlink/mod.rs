@@ -503,31 +503,43 @@ impl Encoder<'_> {
         Hdr { msg_type, flags, seq: FIRST_SEQ + self.out.op_of_message.len() as u32 - 1 }
     }
 
-    fn elements<'e>(
+    fn elements(
         &mut self,
         msg_type: u16,
         set: &str,
         set_id: Option<u32>,
-        elems: impl Iterator<Item = ElemRef<'e>>,
+        elems: impl Iterator<Item = (Blob, Option<Elem>)>,
     ) {
         let flags = if msg_type == glue::NFT_MSG_NEWSETELEM { glue::NLM_F_CREATE } else { 0 };
-        let mut chunk: Vec<ElemRef<'e>> = Vec::new();
+        let mut chunk: Vec<(Blob, Option<Elem>)> = Vec::new();
         let mut size = 0;
-        for e in elems {
-            let n = e.size();
+        for (key, elem) in elems {
+            let n = elem_ref(&key, elem.as_ref()).size();
             if size + n > ELEMENT_BUDGET && !chunk.is_empty() {
-                let h = self.hdr(msg_type, flags);
-                elements::put_elements(&mut self.out.body, h, &self.table, set, set_id, &chunk);
+                self.put_elements(msg_type, flags, set, set_id, &chunk);
                 chunk.clear();
                 size = 0;
             }
             size += n;
-            chunk.push(e);
+            chunk.push((key, elem));
         }
         if !chunk.is_empty() {
-            let h = self.hdr(msg_type, flags);
-            elements::put_elements(&mut self.out.body, h, &self.table, set, set_id, &chunk);
+            self.put_elements(msg_type, flags, set, set_id, &chunk);
         }
+    }
+
+    /// One message of elements.
+    fn put_elements(
+        &mut self,
+        msg_type: u16,
+        flags: u16,
+        set: &str,
+        set_id: Option<u32>,
+        elems: &[(Blob, Option<Elem>)],
+    ) {
+        let refs: Vec<ElemRef<'_>> = elems.iter().map(|(k, e)| elem_ref(k, e.as_ref())).collect();
+        let h = self.hdr(msg_type, flags);
+        elements::put_elements(&mut self.out.body, h, &self.table, set, set_id, &refs);
     }
 
     fn rule(&mut self, chain: &str, low: &LowRule) {
@@ -555,12 +567,10 @@ impl Encoder<'_> {
             };
             let h = self.hdr(glue::NFT_MSG_NEWSET, glue::NLM_F_CREATE);
             glue::put_set(self.scratch, &mut self.out.body, h, &self.table, &w);
-            let elems = anon.elements.iter().map(|(key, verdict)| ElemRef {
-                key,
-                verdict: verdict.as_ref().map(verdict_code),
-                data: None,
-                comment: None,
-            });
+            let elems = anon
+                .elements
+                .iter()
+                .map(|(key, verdict)| (Blob::new(key), verdict.clone().map(|v| Elem::verdict(v, None))));
             self.elements(glue::NFT_MSG_NEWSETELEM, "__set%d", Some(id), elems);
         }
         let w = RuleWire {
@@ -644,10 +654,10 @@ fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
                 glue::put_set(e.scratch, &mut e.out.body, h, &table, &w);
             }
             Op::AddElements { set, elements, .. } => {
-                e.elements(glue::NFT_MSG_NEWSETELEM, set, None, elements.iter().map(|(k, v)| elem_ref(k, Some(v))));
+                e.elements(glue::NFT_MSG_NEWSETELEM, set, None, elements.iter().map(|(k, v)| (k, Some(v))));
             }
             Op::DeleteElements { set, keys, .. } => {
-                e.elements(glue::NFT_MSG_DELSETELEM, set, None, keys.iter().map(|k| elem_ref(k, None)));
+                e.elements(glue::NFT_MSG_DELSETELEM, set, None, keys.iter().map(|k| (*k, None)));
             }
         }
     }
