@@ -9,6 +9,7 @@ mod config;
 mod counters;
 mod http;
 mod kube;
+mod memory;
 mod platform;
 mod privileges;
 mod source;
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         LogFormat::Json => builder.json().init(),
         LogFormat::Human => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
     }
+    memory::return_freed_memory();
     let result = match &cli.command {
         Command::Render(args) => match config::RulesConfig::from_args(&args.rules) {
             Ok(cfg) => commands::render::run(args, &cfg),

@@ -8,6 +8,7 @@
 //! ```
 
 pub mod conntrack;
+pub mod decode;
 pub mod dir;
 pub mod drift;
 pub mod event;

@@ -129,6 +129,9 @@ pub enum SyncError {
 
 type Key = (String, String);
 
+/// Events taken between two model builds ahead of the first sync.
+const AHEAD_BATCH: usize = 4096;
+
 /// Work that follows every successful sync and must see the model as programmed
 /// (health-check listeners, stale conntrack entries).
 pub trait AfterSync: Send {
@@ -154,6 +157,9 @@ pub struct SyncLoop {
     verify_kernel: bool,
     /// Elements saved by the previous run, for the first full sync (see [`crate::restart`]).
     known: Option<verdict_nft::snapshot::Snapshot>,
+    /// The kernel's table as read before the first sync, and the generation it was read at.
+    #[allow(clippy::type_complexity)]
+    read_ahead: Option<(u32, Result<Option<verdict_nft::observe::Observed>, NetlinkError>)>,
     looked_for_state: bool,
     stopping: bool,
     listed: HashSet<Kind>,
@@ -198,6 +204,7 @@ impl SyncLoop {
             foreign_commit: false,
             verify_kernel: true,
             known: None,
+            read_ahead: None,
             looked_for_state: false,
             stopping: false,
             cfg,
@@ -256,6 +263,7 @@ impl SyncLoop {
 
     /// Runs until the event channel closes (or, with `once`, until the first sync).
     pub fn run(mut self, rx: Receiver<Event>) -> Result<(), SyncError> {
+        self.read_ahead();
         loop {
             let wait = self.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
             let first = match wait {
@@ -266,9 +274,15 @@ impl SyncLoop {
                 Ok(ev) => {
                     self.handle(ev);
                     // Take everything already queued before deciding to sync.
+                    let mut taken = 0usize;
                     while let Ok(ev) = rx.try_recv() {
                         self.handle(ev);
+                        taken += 1;
+                        if taken.is_multiple_of(AHEAD_BATCH) {
+                            self.build_ahead();
+                        }
                     }
+                    self.build_ahead();
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
@@ -292,6 +306,43 @@ impl SyncLoop {
             if self.firewalls_due && self.last_sync_end.is_some() {
                 self.check_firewalls();
             }
+        }
+    }
+
+    /// Before the first sync, while the lists arrive, the kernel's table is read (it is
+    /// checked at the sync that nothing was committed since): a start waits for the API server
+    /// anyway, and at 100k Services the read takes a third of a second.
+    fn read_ahead(&mut self) {
+        if self.table.is_some() {
+            return;
+        }
+        match self.nl.genid() {
+            Ok(genid) => {
+                let current = self.current_table();
+                self.read_ahead = Some((genid, current));
+            }
+            Err(e) => tracing::debug!("not reading the table ahead: {e}"),
+        }
+    }
+
+    /// What [`SyncLoop::read_ahead`] read, if nothing was committed since.
+    fn table_read_ahead(&mut self) -> Option<Result<Option<verdict_nft::observe::Observed>, NetlinkError>> {
+        let (genid, current) = self.read_ahead.take()?;
+        (self.nl.genid().ok() == Some(genid)).then_some(current)
+    }
+
+    /// Before the first sync, the model is built as the lists arrive (in batches, and whenever
+    /// the queue runs dry) instead of all at once when the last list is complete: the sync
+    /// thread would otherwise wait for the API server, then build 100k Services while the
+    /// watchers' thread waits for it. What these rebuilds report is not needed: the first
+    /// sync is a full one, and renders the whole model.
+    fn build_ahead(&mut self) {
+        if self.table.is_some() || self.all_listed() || !self.listed.contains(&Kind::Node) || !self.cache.is_dirty() {
+            return;
+        }
+        let rebuilt = self.cache.rebuild();
+        if rebuilt.facts_changed {
+            self.report_families_without_nodeports();
         }
     }
 
@@ -487,7 +538,10 @@ impl SyncLoop {
             let mut table = DesiredTable::new(self.cache.model(), &opts);
             phases.render = mark.elapsed();
             let mark = Instant::now();
-            let current = self.current_table();
+            let current = match self.table_read_ahead() {
+                Some(current) => current,
+                None => self.current_table(),
+            };
             phases.read = mark.elapsed();
             let result = current.map_err(|e| format!("reading the table: {e}")).and_then(|mut current| {
                 if let Some(c) = &mut current {

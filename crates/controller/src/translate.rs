@@ -121,9 +121,14 @@ pub fn endpoint_slice(slice: &discovery::EndpointSlice) -> source::EndpointSlice
             .annotations
             .as_ref()
             .and_then(|a| a.get(TRIGGER_TIME_ANNOTATION))
-            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .map(|t| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t.as_nanosecond().max(0) as u64)),
+            .and_then(|t| trigger_time(t)),
     }
+}
+
+/// The value of the trigger-time annotation (RFC 3339), when it parses.
+pub(crate) fn trigger_time(value: &str) -> Option<std::time::SystemTime> {
+    let t = value.parse::<k8s_openapi::jiff::Timestamp>().ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(t.as_nanosecond().max(0) as u64))
 }
 
 /// A Node.

@@ -6,11 +6,11 @@
 //! dropped watch or 410 Gone) arrives as `Init`, `InitApply`..., `InitDone`, which becomes
 //! [`Event::InitStart`] / [`Event::Apply`] / [`Event::InitDone`]: nothing is flushed.
 
+use crate::decode::{WatchedService, WatchedSlice};
 use crate::event::{Event, Kind, Object};
 use crate::translate;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -23,11 +23,11 @@ pub const SERVICE_SELECTOR: &str = "!service.kubernetes.io/service-proxy-name,!s
 fn forward<K, F>(kind: Kind, tx: &Sender<Event>, ev: watcher::Event<K>, translate: F) -> bool
 where
     K: kube::Resource,
-    F: Fn(&K) -> Object,
+    F: Fn(K) -> Object,
 {
     let sent = match ev {
         watcher::Event::Init => tx.send(Event::InitStart(kind)),
-        watcher::Event::InitApply(o) | watcher::Event::Apply(o) => tx.send(Event::Apply(translate(&o))),
+        watcher::Event::InitApply(o) | watcher::Event::Apply(o) => tx.send(Event::Apply(translate(o))),
         watcher::Event::Delete(o) => tx.send(Event::Delete {
             kind,
             namespace: o.meta().namespace.clone().unwrap_or_default(),
@@ -55,7 +55,7 @@ const PAGE_SIZE: u32 = 500;
 async fn run<K, F>(api: Api<K>, config: watcher::Config, kind: Kind, tx: Sender<Event>, translate: F)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    F: Fn(&K) -> Object,
+    F: Fn(K) -> Object,
 {
     // A streaming list (a watch with `sendInitialEvents`) costs the API server one request
     // served from its watch cache, and arrives object by object; paged lists are the fallback.
@@ -80,26 +80,27 @@ where
 
 /// Watches everything the node needs until the sync loop goes away.
 pub async fn watch(client: Client, node_name: &str, tx: Sender<Event>) {
+    // Services and slices are decoded straight into source records (see `crate::decode`).
     let services = run(
-        Api::<Service>::all(client.clone()),
+        Api::<WatchedService>::all(client.clone()),
         watcher::Config::default().labels(SERVICE_SELECTOR),
         Kind::Service,
         tx.clone(),
-        |s: &Service| Object::Service(translate::service(s)),
+        |s: WatchedService| Object::Service(s.record),
     );
     let slices = run(
-        Api::<EndpointSlice>::all(client.clone()),
+        Api::<WatchedSlice>::all(client.clone()),
         watcher::Config::default().labels(SERVICE_SELECTOR),
         Kind::EndpointSlice,
         tx.clone(),
-        |e: &EndpointSlice| Object::EndpointSlice(translate::endpoint_slice(e)),
+        |e: WatchedSlice| Object::EndpointSlice(e.record),
     );
     let node = run(
         Api::<Node>::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={node_name}")),
         Kind::Node,
         tx.clone(),
-        |n: &Node| Object::Node(translate::node(n)),
+        |n: Node| Object::Node(translate::node(&n)),
     );
     let service_cidrs = watch_service_cidrs(client, tx);
     tokio::join!(services, slices, node, service_cidrs);
@@ -119,8 +120,8 @@ async fn watch_service_cidrs(client: Client, tx: Sender<Event>) {
         Err(e) => tracing::warn!("listing ServiceCIDRs failed (watching anyway): {e}"),
         Ok(_) => {}
     }
-    run(api, watcher::Config::default(), Kind::ServiceCidr, tx, |c: &ServiceCIDR| {
-        Object::ServiceCidr(translate::service_cidr(c))
+    run(api, watcher::Config::default(), Kind::ServiceCidr, tx, |c: ServiceCIDR| {
+        Object::ServiceCidr(translate::service_cidr(&c))
     })
     .await;
 }

@@ -82,6 +82,17 @@ struct Chunk {
 }
 
 impl Chunk {
+    /// An empty chunk with room for `n` elements of this shape.
+    fn with_room(key_len: usize, shape: DataShape, n: usize) -> Chunk {
+        let mut chunk = Chunk { keys: Vec::with_capacity(n * key_len), ..Chunk::default() };
+        match shape {
+            DataShape::Plain => {}
+            DataShape::Value(w) => chunk.values.reserve_exact(n * w as usize),
+            DataShape::Verdict => chunk.verdicts.reserve_exact(n),
+        }
+        chunk
+    }
+
     fn len(&self, key_len: usize) -> usize {
         self.keys.len() / key_len.max(1)
     }
@@ -236,6 +247,20 @@ impl Packed {
             first.insert(kl, 0, key.as_slice(), elem);
             self.chunks.push(first);
             self.len = 1;
+            return None;
+        }
+        // Appends (a table rendered in address order arrives sorted) fill chunks to CHUNK.
+        let last = self.chunks.last_mut().expect("not empty");
+        let n = last.len(kl);
+        if last.key(kl, n - 1) < key.as_slice() {
+            if n < CHUNK {
+                last.insert(kl, n, key.as_slice(), elem);
+            } else {
+                let mut next = Chunk::with_room(kl, self.shape, CHUNK);
+                next.insert(kl, 0, key.as_slice(), elem);
+                self.chunks.push(next);
+            }
+            self.len += 1;
             return None;
         }
         let c = self.chunk_of(key.as_slice());

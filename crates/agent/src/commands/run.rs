@@ -30,6 +30,7 @@ fn install_metrics() -> Result<PrometheusHandle> {
         .install_recorder()
         .context("installing the metrics recorder")?;
     m::describe();
+    crate::memory::describe();
     Ok(handle)
 }
 
@@ -83,7 +84,10 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
             ServiceHealthServer::new(rt.handle().clone(), health).with_notices(&cfg.rules.node_name, move |n| {
                 let _ = health_notice_tx.send(n);
             });
-        sync_loop = sync_loop.with_after_sync(service_health).with_after_sync(ConntrackCleaner::new());
+        sync_loop = sync_loop
+            .with_after_sync(service_health)
+            .with_after_sync(ConntrackCleaner::new())
+            .with_after_sync(crate::memory::MemoryStats);
         match verdict_controller::drift::watch_table(&cfg.rules.table, tx.clone()) {
             Ok(gate) => sync_loop = sync_loop.with_monitor(gate),
             Err(e) => tracing::warn!("not watching the table for changes by other programs: {e}"),

@@ -17,6 +17,7 @@ mod own;
 mod scaffold;
 pub(crate) mod service;
 
+use crate::elements::ElementMap;
 use crate::rule::build::{l4proto_any, stmt};
 use crate::rule::{DnatTarget, Rule, Selector, Stmt};
 use crate::ruleset::{Blob, Chain, DataSpec, Elem, KeySpec, Ruleset, Set, SetDecl, Table};
@@ -232,12 +233,11 @@ pub(crate) trait Sink {
     fn set(&mut self, decl: SetDecl);
 }
 
-/// Accumulates a whole table. Elements are collected per set and built into maps once at the
-/// end: building a map of a million elements from sorted input is several times faster than a
-/// million ordered inserts.
+/// Accumulates a whole table. Rendered in address order, the large maps' elements arrive in key
+/// order and are appended to their packed chunks; the others are inserted.
 struct Builder {
     rs: Ruleset,
-    pending: std::collections::HashMap<String, Vec<(Blob, Elem)>>,
+    pending: std::collections::HashMap<String, ElementMap>,
     mark: u32,
     /// `--service-counters` is on: class chains count what they DNAT.
     counting: bool,
@@ -256,10 +256,12 @@ impl Sink for Builder {
             *per_set.entry(key).or_default() += 1;
         }
         match self.pending.get_mut(set) {
-            Some(v) => v.push((key, elem)),
+            Some(m) => {
+                m.insert(key, elem);
+            }
             None => {
                 assert!(self.rs.sets.contains_key(set), "render bug: element for undeclared set {set}");
-                self.pending.insert(set.to_string(), vec![(key, elem)]);
+                self.pending.insert(set.to_string(), [(key, elem)].into());
             }
         }
     }
@@ -288,9 +290,8 @@ impl Sink for Builder {
 impl Builder {
     fn finish(mut self) -> Ruleset {
         for (name, elements) in self.pending.drain() {
-            // Collecting sorts (in place) and bulk-builds the map; of equal keys (shared
-            // elements such as hairpin entries, all alike) one is kept.
-            self.rs.sets.get_mut(&name).expect("declared").elements = Arc::new(elements.into_iter().collect());
+            // Of equal keys (shared elements such as hairpin entries, all alike) one is kept.
+            self.rs.sets.get_mut(&name).expect("declared").elements = Arc::new(elements);
         }
         for set in self.rs.sets.values_mut().filter(|s| s.decl.timeout.is_none()) {
             set.decl.size = Some(capacity(set.elements.len()));

@@ -1,0 +1,54 @@
+//! The agent's heap, as jemalloc accounts it: exported on `/metrics` and logged after each
+//! full sync, so that an operator can tell memory the agent holds from memory the allocator
+//! has not handed back yet.
+
+use verdict_controller::sync::AfterSync;
+use verdict_model::{PortChange, ProxyModel};
+
+/// Bytes the agent has allocated and live.
+pub const ALLOCATED: &str = "verdict_heap_allocated_bytes";
+/// Bytes of physical memory the allocator holds (live, cached and not yet returned).
+pub const RESIDENT: &str = "verdict_heap_resident_bytes";
+
+/// Describes the metrics.
+pub fn describe() {
+    metrics::describe_gauge!(
+        ALLOCATED,
+        metrics::Unit::Bytes,
+        "Heap bytes allocated by the agent (jemalloc stats.allocated)."
+    );
+    metrics::describe_gauge!(
+        RESIDENT,
+        metrics::Unit::Bytes,
+        "Physical memory held by the agent's allocator, including freed memory not yet returned (jemalloc stats.resident)."
+    );
+}
+
+/// Lets jemalloc return freed memory to the kernel from a background thread. Without it
+/// pages are returned only while the agent allocates, and an idle agent kept the hundreds of
+/// MiB its cold start freed (at 100k Services: 465 MiB allocated, 751 MiB resident).
+pub fn return_freed_memory() {
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        tracing::debug!("jemalloc background thread not started: {e}");
+    }
+}
+
+/// (allocated, resident) bytes now.
+pub fn read() -> Option<(usize, usize)> {
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    Some((tikv_jemalloc_ctl::stats::allocated::read().ok()?, tikv_jemalloc_ctl::stats::resident::read().ok()?))
+}
+
+/// Updates the gauges after every sync; logs after full ones.
+pub struct MemoryStats;
+
+impl AfterSync for MemoryStats {
+    fn after_sync(&mut self, _model: &ProxyModel, full: bool, _changes: &[PortChange]) {
+        let Some((allocated, resident)) = read() else { return };
+        metrics::gauge!(ALLOCATED).set(allocated as f64);
+        metrics::gauge!(RESIDENT).set(resident as f64);
+        if full {
+            tracing::info!(allocated_mib = allocated >> 20, resident_mib = resident >> 20, "heap after the full sync");
+        }
+    }
+}
