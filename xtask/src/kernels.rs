@@ -1,9 +1,11 @@
-//! `cargo xtask kernels`: the kernel and packet suites on Debian's 5.10, 6.1 and 6.12 kernels,
-//! each booted under QEMU with the host's root file system shared read-only, and one table of
-//! kernel x suite -> passed/failed/skipped.
+//! `cargo xtask kernels`: the kernel and packet suites on Debian's 5.10, 6.1 and 6.12 kernels
+//! (or on a kernel image built here: `--kernel-image`, `--build-unfixed-6.1`), each booted under
+//! QEMU with the host's root file system shared read-only, and one table of kernel x suite ->
+//! passed/failed/skipped.
 
 mod fetch;
 mod initramfs;
+mod local;
 mod nft_versions;
 mod report;
 mod suites;
@@ -29,7 +31,9 @@ pub fn kernels(args: &[String]) -> Result<()> {
     deps::ensure_packages(PACKAGES)?;
     let root = crate::run::workspace_root()?;
     let cache = root.join("target/kernels");
-    let wanted = chosen_kernels(args)?;
+    // A local image runs alone unless Debian's kernels are named too.
+    let local = local::chosen(args, &root)?;
+    let wanted = if local.is_some() && flag(args, "--kernel").is_none() { Vec::new() } else { chosen_kernels(args)? };
     if args.iter().any(|a| a == "--nft-versions") {
         let report = nft_versions::check(&cache)?;
         std::fs::write(cache.join("nft-versions.md"), report)?;
@@ -63,10 +67,14 @@ pub fn kernels(args: &[String]) -> Result<()> {
         command,
     };
     let mut rows = Vec::new();
-    for w in &wanted {
+    for pick in wanted.iter().map(Pick::Debian).chain(local.iter().map(Pick::Built)) {
         let started = Instant::now();
-        let row = match fetch::kernel(&cache, w) {
-            Err(e) => Row {
+        let got = match pick {
+            Pick::Debian(w) => fetch::kernel(&cache, w).map_err(|e| (w, e)),
+            Pick::Built(k) => Ok(k.clone()),
+        };
+        let row = match got {
+            Err((w, e)) => Row {
                 kernel: w.name.to_string(),
                 release: w.suite.to_string(),
                 problem: Some(format!("unavailable: {e:#}")),
@@ -96,6 +104,12 @@ pub fn kernels(args: &[String]) -> Result<()> {
         bail!("kernels with failed, skipped or unavailable suites: {}", bad.join(", "));
     }
     Ok(())
+}
+
+/// A kernel to run: one of Debian's, fetched when its turn comes, or an image built here.
+enum Pick<'a> {
+    Debian(&'a fetch::Wanted),
+    Built(&'a fetch::Kernel),
 }
 
 struct Options {

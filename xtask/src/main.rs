@@ -59,6 +59,10 @@ fn real_main() -> Result<()> {
             println!("  kernels the kernel and packet suites in QEMU on Debian's kernels: [--kernel 5.10,6.1,6.12]");
             println!("          [--ci] [--suites a,b] [--accel tcg|kvm] [--cpus N] [--memory MiB] [--suite-timeout S]");
             println!("          [--self-test] [--command CMD] [--fetch-only]");
+            println!("          [--kernel-image BZIMAGE [--label NAME]] (an image built here, all built in)");
+            println!(
+                "          [--build-unfixed-6.1] (Debian 12's 6.1 without the chain-deletion fix, built, then run)"
+            );
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),

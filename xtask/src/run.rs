@@ -30,12 +30,30 @@ pub fn cargo(args: &[&str]) -> Result<()> {
 
 /// Runs `cargo <args>` with extra environment.
 pub fn cargo_env(args: &[&str], envs: &[(&str, &str)]) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo).args(args).envs(envs.iter().copied()).current_dir(workspace_root()?).status()?;
+    let status = cargo_command()?.args(args).envs(envs.iter().copied()).status()?;
     if !status.success() {
         bail!("`cargo {}` failed ({status})", args.join(" "));
     }
     Ok(())
+}
+
+/// `cargo` in the workspace root, without the variables `cargo run` set for xtask itself. Some
+/// build scripts (ring's) rerun when `CARGO_PKG_NAME` or `CARGO_MANIFEST_DIR` differ from the
+/// last build's, so with xtask's values every build under xtask recompiled ring and everything
+/// above it, and the next plain `cargo` did it again.
+pub fn cargo_command() -> Result<Command> {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || ["CARGO_CRATE_NAME", "CARGO_BIN_NAME", "CARGO_PRIMARY_PACKAGE"].contains(&name.as_ref())
+        {
+            cargo.env_remove(name.as_ref());
+        }
+    }
+    cargo.current_dir(workspace_root()?);
+    Ok(cargo)
 }
 
 /// Runs a program.

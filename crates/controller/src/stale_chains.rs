@@ -1,13 +1,15 @@
-//! Deferred deletion of chains that went out of use, for kernels before 6.2.
+//! Deferred deletion of chains that went out of use, for kernels without mainline 628bd3e49cba
+//! (6.4; backported to 6.1.36 and 5.10.188).
 //!
-//! Those kernels keep a chain busy for a moment after the last map element that jumps to it is
-//! deleted, so a transaction that deletes both fails with `EBUSY`, and so would every retry.
+//! Those kernels drop the references an anonymous vmap's elements hold on the chains they jump
+//! to only when the set is destroyed, after the commit, so a transaction that flushes the rule
+//! holding the vmap and deletes those chains fails with `EBUSY`, and so would every retry.
 //! Like upstream kube-proxy, verdict then flushes such chains in the sync that stops using them
 //! and deletes them in a separate transaction at least [`STALE_CHAIN_DELAY`] later, unless a
 //! sync in between wants them again.
 //!
-//! Deferring is switched on from the start on an old kernel (the agent reads `uname`), and by
-//! itself the first time the kernel refuses a chain deletion with `EBUSY`.
+//! Deferring is switched on from the start on a kernel before 6.4 (the agent reads `uname`), and
+//! by itself the first time the kernel refuses a chain deletion with `EBUSY`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -8,8 +8,9 @@
 //! difference), after any failed transaction (retried with backoff up to `sync_period`), when
 //! the node's facts change, and every `full_sync_period`.
 //!
-//! On kernels before 6.2, chains that go out of use are flushed and deleted a second later in a
-//! transaction of their own (see [`crate::stale_chains`]).
+//! On kernels before 6.4, and on any kernel once it refuses a chain deletion as busy, chains
+//! that go out of use are flushed and deleted a second later in a transaction of their own (see
+//! [`crate::stale_chains`]).
 //!
 //! The loop runs on its own thread: netlink calls block, and a cold sync at 100k Services keeps
 //! the kernel busy for a second.
@@ -42,8 +43,8 @@ pub struct SyncConfig {
     pub full_sync_period: Duration,
     /// Stop after the first sync (success or failure).
     pub once: bool,
-    /// Delete chains that go out of use in a later transaction (needed before kernel 6.2;
-    /// switched on by itself when the kernel refuses a chain deletion as busy).
+    /// Delete chains that go out of use in a later transaction (needed on kernels without the
+    /// 6.4 fix; switched on by itself when the kernel refuses a chain deletion as busy).
     pub defer_chain_deletion: bool,
     /// Where the table's state is saved at [`Event::Shutdown`] and adopted from at the next
     /// start (`None`: every start reads the whole table from the kernel).
@@ -710,8 +711,9 @@ impl SyncLoop {
     fn learn(&mut self, e: verdict_nft::netlink::NetlinkError) -> String {
         if self.stale_chains.learn(&e) {
             tracing::warn!(
-                "the kernel keeps chains busy after their last reference is deleted (before 6.2): \
-                 unused chains are deleted a second after they are flushed from now on"
+                "the kernel refused to delete a chain whose last reference this transaction deleted \
+                 (kernels without the 6.4 fix): unused chains are deleted a second after they are \
+                 flushed from now on"
             );
         }
         e.to_string()

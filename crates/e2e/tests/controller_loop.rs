@@ -45,7 +45,7 @@ fn start(ns: &Netns) -> Running {
     start_with(ns, false)
 }
 
-/// Starts a sync loop that deletes unused chains at once, or (as before kernel 6.2) later.
+/// Starts a sync loop that deletes unused chains at once, or (as before kernel 6.4) later.
 fn start_with(ns: &Netns, defer_chain_deletion: bool) -> Running {
     start_loop(ns, defer_chain_deletion, false)
 }

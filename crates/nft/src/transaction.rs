@@ -143,8 +143,10 @@ impl Transaction {
     /// the same, so once it commits they are empty and nothing refers to them; a later
     /// transaction deletes them ([`Transaction::delete_chains`]).
     ///
-    /// This is for kernels before 6.2, which keep a chain busy for a moment after the last map
-    /// element that jumps to it is deleted: deleting it in the same transaction fails there.
+    /// This is for kernels without mainline 628bd3e49cba (6.4; stable 6.1.36, 5.10.188): there,
+    /// the elements of an anonymous vmap keep their chains in use until the set is destroyed,
+    /// after the commit, so deleting those chains in the transaction that flushes the vmap's
+    /// rule fails with `EBUSY`.
     pub fn take_chain_deletions(&mut self) -> Vec<String> {
         let added: std::collections::BTreeSet<String> = self
             .ops
@@ -171,14 +173,17 @@ impl Transaction {
     }
 }
 
-/// Whether a kernel of this release (as `uname -r` prints it, e.g. `6.1.0-18-amd64`) keeps a
-/// chain busy after its last map reference is deleted, so that unused chains must be deleted in
-/// a later transaction. Kernels from 6.2 on do not. A release that does not parse is treated
-/// as old: deferring is always safe, only slower to tidy up.
+/// Whether unused chains should be deleted in a later transaction from the start on a kernel of
+/// this release (as `uname -r` prints it, e.g. `6.1.0-18-amd64`): before 6.4, the first mainline
+/// release with the fix (see [`Transaction::take_chain_deletions`]). A guess either way: stable
+/// kernels from 6.1.36 and 5.10.188 have the fix backported, and 6.3.y and 6.2.y kernels may or
+/// may not; deferring where it is not needed costs a second before an unused chain goes, not
+/// deferring where it is needed costs one failed sync (which switches deferring on). A release
+/// that does not parse is treated as old.
 pub fn kernel_needs_deferred_chain_deletion(release: &str) -> bool {
     let mut numbers = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().ok());
     match (numbers.next().flatten(), numbers.next().flatten()) {
-        (Some(major), Some(minor)) => (major, minor) < (6, 2),
+        (Some(major), Some(minor)) => (major, minor) < (6, 4),
         _ => true,
     }
 }
@@ -222,11 +227,13 @@ mod tests {
     }
 
     #[test]
-    fn kernels_before_6_2_need_deferred_chain_deletion() {
-        for old in ["5.15.0-113-generic", "6.1.0-18-amd64", "5.14.0-427.el9.x86_64", "4.19.0", "garbage", ""] {
+    fn kernels_before_6_4_need_deferred_chain_deletion() {
+        let old = ["5.15.0-113-generic", "6.1.0-18-amd64", "5.14.0-427.el9.x86_64", "4.19.0", "garbage", ""];
+        // Mainline 6.2 and 6.3 lack the fix, which arrived in 6.4.
+        for old in old.into_iter().chain(["6.2.0-39-generic", "6.3.13", "6.3.0-rc1"]) {
             assert!(kernel_needs_deferred_chain_deletion(old), "{old}");
         }
-        for new in ["6.2.0", "6.8.0-45-generic", "6.18.44", "7.0.1-arch1"] {
+        for new in ["6.4.0", "6.8.0-45-generic", "6.18.44", "7.0.1-arch1", "10.0"] {
             assert!(!kernel_needs_deferred_chain_deletion(new), "{new}");
         }
     }

@@ -19,14 +19,14 @@ pub const KNOWN: &[Wanted] = &[
     Wanted { name: "6.12", suite: "trixie" },
 ];
 
-/// A kernel unpacked under the cache: its image, its release and its module tree.
+/// A kernel to boot: its image, its release and its module tree (none when all is built in).
 #[derive(Clone, Debug)]
 pub struct Kernel {
     pub name: String,
     pub package: String,
     pub release: String,
     pub vmlinuz: PathBuf,
-    pub modules: PathBuf,
+    pub modules: Option<PathBuf>,
 }
 
 /// A private apt for one Debian suite under `cache/apt-<suite>`.
@@ -159,7 +159,7 @@ pub fn kernel(cache: &Path, wanted: &Wanted) -> Result<Kernel> {
     if !vmlinuz.exists() {
         bail!("{} has no {}", deb.display(), vmlinuz.display());
     }
-    Ok(Kernel { name: wanted.name.to_string(), package, release, vmlinuz, modules })
+    Ok(Kernel { name: wanted.name.to_string(), package, release, vmlinuz, modules: Some(modules) })
 }
 
 /// busybox's insmod reads plain .ko files only; newer Debian kernels ship .ko.xz.

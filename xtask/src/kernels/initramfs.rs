@@ -5,7 +5,7 @@
 use super::fetch::Kernel;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Module directories loaded whole: everything netfilter (nf_tables, its expressions, conntrack,
 /// NAT, x_tables for the leftovers tests), and what the VM itself needs to mount its root.
@@ -28,9 +28,10 @@ const SINGLE: &[&str] = &[
     "ip_tables",
 ];
 
-/// The modules to load, dependencies first (paths relative to the module tree).
-pub fn module_order(kernel: &Kernel) -> Result<Vec<String>> {
-    let dep_file = kernel.modules.join("modules.dep");
+/// The modules to load, dependencies first: each path relative to the module tree, and in it.
+fn module_order(kernel: &Kernel) -> Result<Vec<(String, PathBuf)>> {
+    let Some(modules) = &kernel.modules else { return Ok(Vec::new()) };
+    let dep_file = modules.join("modules.dep");
     let text = std::fs::read_to_string(&dep_file).with_context(|| format!("reading {}", dep_file.display()))?;
     let mut deps: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for line in text.lines() {
@@ -49,7 +50,7 @@ pub fn module_order(kernel: &Kernel) -> Result<Vec<String>> {
     for m in wanted {
         visit(&m, &deps, &mut seen, &mut order);
     }
-    Ok(order)
+    Ok(order.into_iter().map(|rel| (rel.clone(), modules.join(rel))).collect())
 }
 
 fn visit(m: &str, deps: &BTreeMap<String, Vec<String>>, seen: &mut BTreeSet<String>, order: &mut Vec<String>) {
@@ -71,11 +72,10 @@ pub fn build(kernel: &Kernel, init: &str, out: &Path) -> Result<()> {
     }
     cpio.file("bin/busybox", &busybox, 0o755);
     cpio.file("init", init.as_bytes(), 0o755);
-    let order = module_order(kernel)?;
     let mut names = String::new();
-    for rel in &order {
+    for (rel, path) in &module_order(kernel)? {
         let flat = rel.replace('/', "_");
-        let bytes = std::fs::read(kernel.modules.join(rel)).with_context(|| format!("reading module {rel}"))?;
+        let bytes = std::fs::read(path).with_context(|| format!("reading module {rel}"))?;
         cpio.file(&format!("modules/{flat}"), &bytes, 0o644);
         names.push_str(&flat);
         names.push('\n');

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 /// A test executable and the directory cargo would run it in (its package's root).
 #[derive(Clone, Debug)]
@@ -42,11 +42,8 @@ pub const CI: &[&str] =
 
 /// Builds the test executables (once, on the host) and returns those named in `wanted`.
 pub fn build(wanted: &[String]) -> Result<Vec<Suite>> {
-    let root = crate::run::workspace_root()?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
+    let out = crate::run::cargo_command()?
         .args(["test", "--workspace", "--release", "--no-run", "--message-format=json-render-diagnostics"])
-        .current_dir(&root)
         .stderr(Stdio::inherit())
         .output()
         .context("running cargo test --no-run")?;

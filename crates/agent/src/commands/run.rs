@@ -60,7 +60,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
     if defer_chain_deletion {
         tracing::info!(
             kernel = kernel.trim(),
-            "kernel before 6.2: unused chains are deleted a second after they are flushed"
+            "kernel before 6.4: unused chains are deleted a second after they are flushed"
         );
     }
     let sync_cfg = SyncConfig {
