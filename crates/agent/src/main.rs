@@ -21,6 +21,7 @@ use std::process::ExitCode;
 /// jemalloc instead of glibc's malloc: the agent allocates on the watchers' threads (decoding)
 /// and on the sync thread (model, table), and glibc's per-thread arenas made the same 100k
 /// Service start 1.4x slower (docs/benchmarks.md, "The allocator").
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
