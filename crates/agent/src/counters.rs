@@ -4,25 +4,67 @@
 //! The series are written here rather than through the `metrics` recorder: the recorder keeps
 //! every series it has seen forever, while a Service that is deleted must leave `/metrics`,
 //! so that the number of series never exceeds (counted Service ports) x 3 outcomes.
+//!
+//! A scrape asks the kernel for each counting-set element by key ([`Netlink::service_counts_of`]),
+//! which grows linearly with the counted ports, where a dump of the sets grows with their
+//! square. The keys are those of the last successful sync ([`CountedKeysPublisher`]).
 
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use verdict_controller::sync::AfterSync;
+use verdict_model::{PortChange, ProxyModel};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::netlink::counters::ServiceCount;
+use verdict_nft::render::counters::CountedKeys;
 
 /// The metric's name.
 pub const NAME: &str = "verdict_service_connections_total";
 
+/// The counting-set keys of the table as last committed, shared by the sync loop and the
+/// reader. A scrape holds its own `Arc` while it reads, so a sync meanwhile copies the keys
+/// rather than waiting for the scrape.
+#[derive(Clone, Default)]
+pub struct SharedKeys(Arc<Mutex<Arc<CountedKeys>>>);
+
+impl SharedKeys {
+    fn current(&self) -> Arc<CountedKeys> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Keeps [`SharedKeys`] equal to the table after every successful sync: a full sync
+/// recomputes them from the model, a partial one changes only the changed ports.
+pub struct CountedKeysPublisher(pub SharedKeys);
+
+impl AfterSync for CountedKeysPublisher {
+    fn after_sync(&mut self, model: &ProxyModel, full: bool, changes: &[PortChange]) {
+        if full {
+            let keys = Arc::new(CountedKeys::of_model(model));
+            *self.0.0.lock().unwrap_or_else(|e| e.into_inner()) = keys;
+            return;
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let mut guard = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+        let keys = Arc::make_mut(&mut guard);
+        for c in changes {
+            keys.update(model, &c.name, c.new.as_deref());
+        }
+    }
+}
+
 /// Reads the counters of one table over a netlink socket of its own.
 pub struct CounterReader {
     table: String,
+    keys: SharedKeys,
     nl: Mutex<Option<Netlink>>,
 }
 
 impl CounterReader {
-    /// A reader of table `table` (the socket is opened at the first scrape).
-    pub fn new(table: &str) -> CounterReader {
-        CounterReader { table: table.to_string(), nl: Mutex::new(None) }
+    /// A reader of table `table`'s elements `keys` (the socket is opened at the first scrape).
+    pub fn new(table: &str, keys: SharedKeys) -> CounterReader {
+        CounterReader { table: table.to_string(), keys, nl: Mutex::new(None) }
     }
 
     /// The metric in Prometheus text format; nothing (and a warning) when the kernel cannot
@@ -39,7 +81,8 @@ impl CounterReader {
             }
         }
         let nl = guard.as_mut().expect("opened above");
-        match nl.service_counts(&self.table) {
+        let keys = self.keys.current();
+        match nl.service_counts_of(&self.table, keys.iter()) {
             Ok(counts) => format_counts(&counts),
             Err(e) => {
                 // A fresh socket next time: a failed dump may leave replies behind.
