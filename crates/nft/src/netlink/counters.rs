@@ -12,13 +12,16 @@
 use super::elements::{ElemRef, put_elements};
 use super::glue::Hdr;
 use super::{Netlink, NetlinkError, glue, wire};
-use crate::render::counters::{CountedKey, Outcome, sets};
-use std::collections::BTreeMap;
+use crate::render::counters::{CountedKey, CountingSet, Outcome, sets};
+use crate::ruleset::Blob;
+use std::collections::{BTreeMap, VecDeque};
 use verdict_model::IpFamily;
 
-/// Element requests per send. Each draws one reply (an skb of about 1 KiB once the kernel
+/// Elements asked for per send. Each draws one reply (an skb of about 1 KiB once the kernel
 /// trims it) that must wait in the receive buffer until the send returns: a round must fit.
 const ROUND: usize = 2048;
+/// Elements per request: one request costs the kernel a parse and a table and set lookup.
+const PER_REQUEST: usize = 128;
 /// The receive buffer for a round (the kernel doubles it for its bookkeeping).
 const ROUND_RECV_BUFFER: usize = 16 << 20;
 const ENOENT: i32 = 2;
@@ -55,6 +58,14 @@ impl Sums {
     }
 }
 
+/// A run of keys of one set, asked for in one request.
+#[derive(Clone, Copy)]
+struct Run {
+    set: usize,
+    start: usize,
+    end: usize,
+}
+
 impl Netlink {
     /// The counters of the counting-set elements `keys` in table `table` (see
     /// [`crate::render::counters::CountedKeys`]), sorted by port and outcome. An element the
@@ -65,52 +76,92 @@ impl Netlink {
         table: &str,
         keys: impl IntoIterator<Item = &'k CountedKey>,
     ) -> Result<Vec<ServiceCount>, NetlinkError> {
-        let mut sums = Sums::default();
-        let mut keys = keys.into_iter().peekable();
-        let mut names = BTreeMap::new();
-        let mut buf = Vec::new();
-        let mut outcomes = Vec::with_capacity(ROUND);
-        self.sock.size_buffers(ROUND * 128 + 64 * 1024, ROUND_RECV_BUFFER).map_err(NetlinkError::Io)?;
-        while keys.peek().is_some() {
-            // One element per request, without NLM_F_ACK: each draws exactly one message back,
-            // the element or an error, so a missing element costs nothing but its own answer.
-            buf.clear();
-            outcomes.clear();
-            let first = self.next_seq(ROUND as u32);
-            for k in keys.by_ref().take(ROUND) {
-                let set: &String = names.entry(k.set).or_insert_with(|| k.set.name());
-                let h = Hdr {
-                    msg_type: glue::NFT_MSG_GETSETELEM,
-                    flags: 0,
-                    seq: first.wrapping_add(outcomes.len() as u32),
-                };
-                let elem = ElemRef { key: k.key.as_slice(), verdict: None, data: None, comment: None };
-                put_elements(&mut buf, h, table, set, None, &[elem]);
-                outcomes.push(k.set.outcome);
+        // A request for a set the table lacks fails at its first element; only the table's
+        // own sets are asked (and none when the table is gone).
+        let mut present = Vec::new();
+        for msg in self.request(glue::NFT_MSG_GETSET, table, None)? {
+            if let Some(set) = glue::parse_set(&mut self.scratch, &msg) {
+                present.push(set.name);
             }
+        }
+        let mut by_set: BTreeMap<CountingSet, Vec<Blob>> = BTreeMap::new();
+        for k in keys {
+            by_set.entry(k.set).or_default().push(k.key);
+        }
+        by_set.retain(|set, _| present.contains(&set.name()));
+        let sets: Vec<(CountingSet, String, Vec<Blob>)> =
+            by_set.into_iter().map(|(set, keys)| (set, set.name(), keys)).collect();
+        let mut todo: VecDeque<Run> = VecDeque::new();
+        for (i, (_, _, keys)) in sets.iter().enumerate() {
+            for start in (0..keys.len()).step_by(PER_REQUEST) {
+                todo.push_back(Run { set: i, start, end: (start + PER_REQUEST).min(keys.len()) });
+            }
+        }
+        self.sock.size_buffers(ROUND * 64 + 64 * 1024, ROUND_RECV_BUFFER).map_err(NetlinkError::Io)?;
+        let mut sums = Sums::default();
+        let mut buf = Vec::new();
+        let mut round: Vec<(Run, usize, bool)> = Vec::new();
+        while !todo.is_empty() {
+            // Requests for up to ROUND elements, in one send. Without NLM_F_ACK each element
+            // found draws one reply, and a request stops at the first element the set does
+            // not hold with one error: a request is answered when all its elements or an
+            // error came back.
+            buf.clear();
+            round.clear();
+            let mut elements = 0;
+            while let Some(run) =
+                todo.front().copied().filter(|r| elements == 0 || elements + (r.end - r.start) <= ROUND)
+            {
+                todo.pop_front();
+                let (_, name, keys) = &sets[run.set];
+                let seq = self.next_seq(1);
+                let h = Hdr { msg_type: glue::NFT_MSG_GETSETELEM, flags: 0, seq };
+                let elems: Vec<ElemRef<'_>> = keys[run.start..run.end]
+                    .iter()
+                    .map(|k| ElemRef { key: k.as_slice(), verdict: None, data: None, comment: None })
+                    .collect();
+                put_elements(&mut buf, h, table, name, None, &elems);
+                elements += run.end - run.start;
+                round.push((run, 0, false));
+            }
+            let first = round.first().map(|_| self.seq.wrapping_sub(round.len() as u32 - 1)).unwrap_or_default();
             self.sock.send(&buf).map_err(NetlinkError::Io)?;
-            let mut pending = outcomes.len();
+            let mut pending = round.len();
             while pending > 0 {
                 let n = self.sock.recv_whole(&mut self.recv_buf, true).map_err(NetlinkError::Io)?.unwrap_or(0);
                 if n > self.recv_buf.len() {
                     return Err(NetlinkError::Protocol(format!("a reply of {n} bytes was cut short")));
                 }
                 for msg in wire::messages(&self.recv_buf[..n]) {
-                    let seq = if msg.error().is_some() { msg.error_seq().unwrap_or(msg.seq) } else { msg.seq };
-                    let Some(i) = seq.checked_sub(first).map(|i| i as usize).filter(|i| *i < outcomes.len()) else {
+                    let error = msg.error();
+                    let seq = if error.is_some() { msg.error_seq().unwrap_or(msg.seq) } else { msg.seq };
+                    let Some((run, answered, done)) =
+                        seq.checked_sub(first).and_then(|i| round.get_mut(i as usize)).filter(|r| !r.2)
+                    else {
                         continue; // a stale reply to an earlier request
                     };
-                    pending -= 1;
-                    match msg.error() {
+                    match error {
                         None => {
                             let mut elems = Vec::with_capacity(1);
                             if !glue::parse_elems(&mut self.scratch, msg.bytes, &mut elems) {
                                 return Err(NetlinkError::Protocol("unparsable counting-set element".into()));
                             }
-                            sums.add(outcomes[i], elems);
+                            sums.add(sets[run.set].0.outcome, elems);
+                            *answered += 1;
+                            *done = *answered == run.end - run.start;
                         }
-                        Some(0 | ENOENT) => {}
+                        // Element `answered` is gone: the rest of the run is asked again.
+                        Some(ENOENT) => {
+                            let rest = Run { start: run.start + *answered + 1, ..*run };
+                            if rest.start < rest.end {
+                                todo.push_back(rest);
+                            }
+                            *done = true;
+                        }
                         Some(errno) => return Err(NetlinkError::Io(std::io::Error::from_raw_os_error(errno))),
+                    }
+                    if *done {
+                        pending -= 1;
                     }
                 }
             }

@@ -194,21 +194,26 @@ impl CountedKeys {
         keys
     }
 
-    /// Port `name` is now `port` (`None`: removed).
-    pub fn update(&mut self, model: &ProxyModel, name: &ServicePortName, port: Option<&ServicePort>) {
-        if let Some(old) = self.ports.remove(name) {
+    /// Port `name` is now `port` (`None`: removed); whether its keys changed (an endpoint
+    /// change leaves them as they were).
+    pub fn update(&mut self, model: &ProxyModel, name: &ServicePortName, port: Option<&ServicePort>) -> bool {
+        let old = self.ports.remove(name);
+        if let Some(old) = &old {
             self.len -= old.len();
         }
-        let Some(port) = port else { return };
         let mut sink = KeySink { keys: Vec::new() };
-        for family in model.families() {
-            super::service::render_counting(model, port, family, &mut sink);
+        if let Some(port) = port {
+            for family in model.families() {
+                super::service::render_counting(model, port, family, &mut sink);
+            }
         }
+        let changed = old.unwrap_or_default() != sink.keys;
         if !sink.keys.is_empty() {
             self.len += sink.keys.len();
             sink.keys.shrink_to_fit();
             self.ports.insert(name.clone(), sink.keys);
         }
+        changed
     }
 
     /// How many elements.
