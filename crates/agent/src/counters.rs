@@ -1,16 +1,27 @@
 //! `verdict_service_connections_total`: the kernel's per-Service connection counters
-//! (`--service-counters`), read when `/metrics` is scraped.
+//! (`--service-counters`), read in the background and served by `/metrics`.
 //!
 //! The series are written here rather than through the `metrics` recorder: the recorder keeps
 //! every series it has seen forever, while a Service that is deleted must leave `/metrics`,
 //! so that the number of series never exceeds (counted Service ports) x 3 outcomes.
 //!
-//! A scrape asks the kernel for each counting-set element by key ([`Netlink::service_counts_of`]),
-//! which grows linearly with the counted ports, where a dump of the sets grows with their
-//! square. The keys are those of the last successful sync ([`CountedKeysPublisher`]).
+//! Reading costs the kernel about 9 µs per counted element (1.8 s at 100k counted ports,
+//! docs/benchmarks.md), so a scrape does not wait for it: a thread reads every
+//! `--service-counters-period`, or every 20 reads' duration if that is longer (reading takes
+//! at most 5% of a core whatever the table's size and however many scrapers there are), and
+//! sooner when Service ports come and go. A scrape serves the latest reading and its time
+//! (`verdict_service_counters_read_timestamp_seconds`): its values are at most one period
+//! plus one read old.
+//!
+//! A read asks the kernel for each counting-set element by key ([`Netlink::service_counts_of`]):
+//! it grows linearly with the counted ports (a dump of the sets grows with their square), and
+//! an element the sync loop replaces meanwhile is read whole or not at all (a dump under a
+//! concurrent commit can skip or repeat elements). The keys are those of the last successful
+//! sync ([`CountedKeysPublisher`]).
 
 use std::fmt::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 use verdict_controller::sync::AfterSync;
 use verdict_model::{PortChange, ProxyModel};
 use verdict_nft::netlink::Netlink;
@@ -19,16 +30,45 @@ use verdict_nft::render::counters::CountedKeys;
 
 /// The metric's name.
 pub const NAME: &str = "verdict_service_connections_total";
+/// When the counters served were read.
+pub const READ_TIMESTAMP: &str = "verdict_service_counters_read_timestamp_seconds";
+/// How long that read took.
+pub const READ_DURATION: &str = "verdict_service_counters_read_duration_seconds";
 
-/// The counting-set keys of the table as last committed, shared by the sync loop and the
-/// reader. A scrape holds its own `Arc` while it reads, so a sync meanwhile copies the keys
-/// rather than waiting for the scrape.
+/// Reads never take more than 1/`READ_SHARE` of the time.
+const READ_SHARE: u32 = 20;
+
+/// The counting-set keys of the table as last committed (and a version that changes with
+/// them), shared by the sync loop and the reader. A read holds its own `Arc` of the keys, so
+/// a sync meanwhile copies them rather than waiting for the read.
 #[derive(Clone, Default)]
-pub struct SharedKeys(Arc<Mutex<Arc<CountedKeys>>>);
+pub struct SharedKeys(Arc<(Mutex<(Arc<CountedKeys>, u64)>, Condvar)>);
 
 impl SharedKeys {
-    fn current(&self) -> Arc<CountedKeys> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    fn current(&self) -> (Arc<CountedKeys>, u64) {
+        self.0.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Applies `f`; if it says the keys changed, the reader is woken.
+    fn change(&self, f: impl FnOnce(&mut Arc<CountedKeys>) -> bool) {
+        let mut guard = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+        if f(&mut guard.0) {
+            guard.1 += 1;
+            self.0.1.notify_all();
+        }
+    }
+
+    /// Waits until the keys change from `version` or `until` passes; whether they changed.
+    fn wait_change(&self, version: u64, until: Instant) -> bool {
+        let mut guard = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+        while guard.1 == version {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            guard = self.0.1.wait_timeout(guard, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
     }
 }
 
@@ -40,56 +80,104 @@ impl AfterSync for CountedKeysPublisher {
     fn after_sync(&mut self, model: &ProxyModel, full: bool, changes: &[PortChange]) {
         if full {
             let keys = Arc::new(CountedKeys::of_model(model));
-            *self.0.0.lock().unwrap_or_else(|e| e.into_inner()) = keys;
+            self.0.change(|k| {
+                *k = keys;
+                true
+            });
             return;
         }
         if changes.is_empty() {
             return;
         }
-        let mut guard = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
-        let keys = Arc::make_mut(&mut guard);
-        for c in changes {
-            keys.update(model, &c.name, c.new.as_deref());
-        }
+        self.0.change(|k| {
+            let keys = Arc::make_mut(k);
+            let mut changed = false;
+            for c in changes {
+                changed |= keys.update(model, &c.name, c.new.as_deref());
+            }
+            changed
+        });
     }
 }
 
-/// Reads the counters of one table over a netlink socket of its own.
+/// The latest reading, ready to serve.
+struct Reading {
+    counts: String,
+    at: SystemTime,
+    took: Duration,
+}
+
+/// Reads the counters of one table in the background; [`CounterReader::render`] serves the
+/// latest reading.
 pub struct CounterReader {
-    table: String,
-    keys: SharedKeys,
-    nl: Mutex<Option<Netlink>>,
+    latest: Arc<Mutex<Option<Reading>>>,
 }
 
 impl CounterReader {
-    /// A reader of table `table`'s elements `keys` (the socket is opened at the first scrape).
-    pub fn new(table: &str, keys: SharedKeys) -> CounterReader {
-        CounterReader { table: table.to_string(), keys, nl: Mutex::new(None) }
+    /// Starts reading table `table`'s counting-set elements `keys` every `period` (see the
+    /// module's comment) on a thread of its own, in the calling thread's network namespace.
+    pub fn start(table: &str, keys: SharedKeys, period: Duration) -> std::io::Result<CounterReader> {
+        let latest = Arc::new(Mutex::new(None));
+        let shared = latest.clone();
+        let table = table.to_string();
+        std::thread::Builder::new()
+            .name("counters".into())
+            .spawn(move || read_forever(&table, &keys, period, &shared))?;
+        Ok(CounterReader { latest })
     }
 
-    /// The metric in Prometheus text format; nothing (and a warning) when the kernel cannot
-    /// be read.
+    /// The latest reading in Prometheus text format; nothing before the first one.
     pub fn render(&self) -> String {
-        let mut guard = self.nl.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.is_none() {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(r) = latest.as_ref() else { return String::new() };
+        let mut out = r.counts.clone();
+        let at = r.at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let _ = writeln!(
+            out,
+            "# HELP {READ_TIMESTAMP} When the {NAME} served were read from the kernel (Unix time).\n\
+             # TYPE {READ_TIMESTAMP} gauge\n{READ_TIMESTAMP} {at:.3}"
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {READ_DURATION} How long reading them took.\n# TYPE {READ_DURATION} gauge\n{READ_DURATION} {:.6}",
+            r.took.as_secs_f64()
+        );
+        out
+    }
+}
+
+/// The reader thread: reads, publishes, waits (see the module's comment).
+fn read_forever(table: &str, keys: &SharedKeys, period: Duration, latest: &Mutex<Option<Reading>>) {
+    let mut nl: Option<Netlink> = None;
+    loop {
+        let (current, version) = keys.current();
+        let started = Instant::now();
+        let at = SystemTime::now();
+        if nl.is_none() {
             match Netlink::open() {
-                Ok(nl) => *guard = Some(nl),
+                Ok(n) => nl = Some(n),
+                Err(e) => tracing::warn!("service counters: cannot open netlink: {e}"),
+            }
+        }
+        if let Some(n) = nl.as_mut() {
+            match n.service_counts_of(table, current.iter()) {
+                Ok(counts) => {
+                    let took = started.elapsed();
+                    *latest.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Reading { counts: format_counts(&counts), at, took });
+                }
                 Err(e) => {
-                    tracing::warn!("service counters: cannot open netlink: {e}");
-                    return String::new();
+                    // A fresh socket next time: a failed read may leave replies behind.
+                    nl = None;
+                    tracing::warn!("service counters: cannot read the counting sets: {e}");
                 }
             }
         }
-        let nl = guard.as_mut().expect("opened above");
-        let keys = self.keys.current();
-        match nl.service_counts_of(&self.table, keys.iter()) {
-            Ok(counts) => format_counts(&counts),
-            Err(e) => {
-                // A fresh socket next time: a failed dump may leave replies behind.
-                *guard = None;
-                tracing::warn!("service counters: cannot read the counting sets: {e}");
-                String::new()
-            }
+        drop(current);
+        let cost = started.elapsed() * READ_SHARE;
+        if keys.wait_change(version, started + period.max(cost)) {
+            // Ports came or went: read again as soon as the share allows.
+            std::thread::sleep((started + cost).saturating_duration_since(Instant::now()));
         }
     }
 }

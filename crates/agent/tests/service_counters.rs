@@ -36,6 +36,8 @@ fn start(lab: &ApiLab, dir: &Path, state: Option<&Path>) -> RunningAgent {
         "labelled",
         "--service-counters-selector",
         &selector,
+        "--service-counters-period",
+        "100ms",
     ];
     RunningAgent::start(lab.ns.name(), Path::new(env!("CARGO_BIN_EXE_verdict")), &kubeconfig, "n1", &args).unwrap()
 }
@@ -108,6 +110,25 @@ fn samples(metrics: &str) -> Vec<(String, u64)> {
             (id, value.trim().parse().expect("a number"))
         })
         .collect()
+}
+
+/// The counters of a reading the agent took after this call: what every connection made
+/// before it did to them (the agent reads in the background).
+fn fresh(lab: &ApiLab, agent: &RunningAgent) -> Vec<(String, u64)> {
+    let asked = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = scrape(&lab.ns).unwrap_or_default();
+        let read_at = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("verdict_service_counters_read_timestamp_seconds "))
+            .map(|v| v.trim().parse::<f64>().expect("a timestamp"));
+        if read_at.is_some_and(|t| t >= asked) {
+            return samples(&metrics);
+        }
+        assert!(Instant::now() < deadline, "no reading after {asked}: {read_at:?}\n{}", agent.log_tail(50));
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn value(samples: &[(String, u64)], id: &str) -> Option<u64> {
@@ -191,7 +212,7 @@ fn accepted_connections_are_counted_once_each_and_survive_a_restart() {
     }
     // An uncounted Service passes through the same class chain without being counted.
     assert!(matches!(connect(&client, "172.30.0.13:80", Duration::from_secs(2)), Met::Answer(_)));
-    let after = samples(&scrape(&lab.ns).expect("metrics"));
+    let after = fresh(&lab, &agent);
     assert_eq!(value(&after, "ns1/web:http accepted"), Some(3), "3 connections of several packets each: {after:?}");
     assert_eq!(value(&after, "ns1/web:http rejected"), Some(0), "{after:?}");
     assert!(after.iter().all(|(id, _)| !id.starts_with("ns1/plain")), "an unlabelled Service was counted: {after:?}");
@@ -218,7 +239,7 @@ fn connections_to_a_service_without_endpoints_are_counted_as_rejected() {
     for _ in 0..2 {
         assert_eq!(connect(&client, "172.30.0.11:80", Duration::from_secs(3)), Met::Refused);
     }
-    let after = samples(&scrape(&lab.ns).expect("metrics"));
+    let after = fresh(&lab, &agent);
     assert_eq!(value(&after, "ns1/empty:http rejected"), Some(2), "{after:?}");
     assert_eq!(value(&after, "ns1/empty:http accepted"), Some(0), "{after:?}");
     assert_eq!(value(&after, "ns1/web:http rejected"), Some(0), "{after:?}");
@@ -237,12 +258,12 @@ fn connections_from_outside_the_source_ranges_are_counted_as_firewalled() {
     // timeout keeps it to one SYN (a retransmitted SYN of a dropped connection is a new
     // attempt to conntrack, and would be counted again).
     assert_eq!(connect(&client, "5.6.7.8:80", Duration::from_millis(500)), Met::TimedOut);
-    let after = samples(&scrape(&lab.ns).expect("metrics"));
+    let after = fresh(&lab, &agent);
     assert_eq!(value(&after, "ns1/lb:http firewalled"), Some(1), "{after:?}");
     assert_eq!(value(&after, "ns1/lb:http accepted"), Some(0), "{after:?}");
     // Its ClusterIP is not firewalled, and is counted as accepted.
     assert!(matches!(connect(&client, "172.30.0.12:80", Duration::from_secs(2)), Met::Answer(_)));
-    let last = samples(&scrape(&lab.ns).expect("metrics"));
+    let last = fresh(&lab, &agent);
     assert_eq!(value(&last, "ns1/lb:http accepted"), Some(1), "{last:?}");
     assert_eq!(value(&last, "ns1/lb:http firewalled"), Some(1), "{last:?}");
     drop(agent);
@@ -262,7 +283,7 @@ fn counters_survive_a_warm_restart_through_the_state_dir_which_writes_nothing() 
     }
     assert_eq!(connect(&client, "172.30.0.11:80", Duration::from_secs(3)), Met::Refused);
     assert_eq!(connect(&client, "5.6.7.8:80", Duration::from_millis(500)), Met::TimedOut);
-    let before = samples(&scrape(&lab.ns).expect("metrics"));
+    let before = fresh(&lab, &first);
     for (id, n) in [("ns1/web:http accepted", 2), ("ns1/empty:http rejected", 1), ("ns1/lb:http firewalled", 1)] {
         assert_eq!(value(&before, id), Some(n), "{id}: {before:?}");
     }
@@ -278,7 +299,7 @@ fn counters_survive_a_warm_restart_through_the_state_dir_which_writes_nothing() 
     assert_eq!(after, before, "counters changed across the warm restart");
     // And they go on counting.
     assert!(matches!(connect(&client, "172.30.0.10:80", Duration::from_secs(2)), Met::Answer(_)));
-    let last = samples(&scrape(&lab.ns).expect("metrics"));
+    let last = fresh(&lab, &second);
     assert_eq!(value(&last, "ns1/web:http accepted"), Some(3), "{last:?}");
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);

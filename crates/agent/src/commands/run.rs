@@ -154,8 +154,13 @@ async fn serve_endpoints(
     counted_keys: SharedKeys,
 ) -> Result<()> {
     if let Some(addr) = cfg.metrics_addr {
-        let counters =
-            cfg.rules.proxy.service_counters.enabled().then(|| CounterReader::new(&cfg.rules.table, counted_keys));
+        let counters = match cfg.rules.proxy.service_counters.enabled() {
+            true => Some(
+                CounterReader::start(&cfg.rules.table, counted_keys, cfg.service_counters_period)
+                    .context("starting the service counters' reader")?,
+            ),
+            false => None,
+        };
         let bound = http::serve(addr, http::metrics_routes(prom, health.clone(), counters))
             .await
             .with_context(|| format!("serving metrics on {addr}"))?;
