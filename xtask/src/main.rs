@@ -216,10 +216,25 @@ fn bench_e2e(args: &[String]) -> Result<()> {
 
 /// `cargo xtask bench --counters [--services N] [--connections C] [--runs R]`: what
 /// `--service-counters` costs (cold commit, connect latency, connections/s, counter read),
-/// with and without counters.
+/// with and without counters; `--read-sizes N,...`: the reads alone; `--scrape-sizes N,...`:
+/// the real agent's `/metrics`.
 fn bench_counters(args: &[String]) -> Result<()> {
-    run::cargo(&["build", "--release", "-p", "verdict-e2e", "--bin", "verdict-bench-counters"])?;
-    let rest: Vec<String> = args.iter().filter(|a| *a != "--counters").cloned().collect();
+    run::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "verdict-agent",
+        "-p",
+        "verdict-e2e",
+        "--bin",
+        "verdict",
+        "--bin",
+        "verdict-bench-counters",
+    ])?;
+    let mut rest: Vec<String> = args.iter().filter(|a| *a != "--counters").cloned().collect();
+    if rest.iter().any(|a| a == "--scrape-sizes") {
+        rest.extend(["--verdict".to_string(), run::release_bin("verdict")?]);
+    }
     run::program(&run::release_dir()?.join("verdict-bench-counters"), &rest, &[])
 }
 
