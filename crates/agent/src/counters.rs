@@ -111,7 +111,7 @@ struct Reading {
     took: Duration,
 }
 
-/// Reads the counters of one table in the background; [`CounterReader::render`] serves the
+/// Reads the counters of one table in the background; [`CounterReader::render_into`] serves the
 /// latest reading.
 pub struct CounterReader {
     latest: Arc<Mutex<Option<Reading>>>,
