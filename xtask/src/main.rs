@@ -194,21 +194,15 @@ fn e2e_containers(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Builds (release) the `verdict` binary and the benchmark driver `bench` that runs it.
+fn build_with_agent(bench: &str) -> Result<()> {
+    run::cargo(&["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bin", "verdict", "--bin", bench])
+}
+
 /// `cargo xtask bench --e2e [--baseline PATH] [--points 1000x10,...]`: the real `verdict run`
 /// binary against the test API server, start to programmed, warm restart, RSS.
 fn bench_e2e(args: &[String]) -> Result<()> {
-    run::cargo(&[
-        "build",
-        "--release",
-        "-p",
-        "verdict-agent",
-        "-p",
-        "verdict-e2e",
-        "--bin",
-        "verdict",
-        "--bin",
-        "verdict-bench-e2e",
-    ])?;
+    build_with_agent("verdict-bench-e2e")?;
     let root = run::workspace_root()?;
     let out = root.join("target/bench").display().to_string();
     let mut bench_args = vec!["--verdict".to_string(), run::release_bin("verdict")?, "--out".to_string(), out.clone()];
@@ -220,10 +214,14 @@ fn bench_e2e(args: &[String]) -> Result<()> {
 
 /// `cargo xtask bench --counters [--services N] [--connections C] [--runs R]`: what
 /// `--service-counters` costs (cold commit, connect latency, connections/s, counter read),
-/// with and without counters.
+/// with and without counters; `--read-sizes N,...`: the reads alone; `--scrape-sizes N,...`:
+/// the real agent's `/metrics`.
 fn bench_counters(args: &[String]) -> Result<()> {
-    run::cargo(&["build", "--release", "-p", "verdict-e2e", "--bin", "verdict-bench-counters"])?;
-    let rest: Vec<String> = args.iter().filter(|a| *a != "--counters").cloned().collect();
+    build_with_agent("verdict-bench-counters")?;
+    let mut rest: Vec<String> = args.iter().filter(|a| *a != "--counters").cloned().collect();
+    if rest.iter().any(|a| a == "--scrape-sizes") {
+        rest.extend(["--verdict".to_string(), run::release_bin("verdict")?]);
+    }
     run::program(&run::release_dir()?.join("verdict-bench-counters"), &rest, &[])
 }
 

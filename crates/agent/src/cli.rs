@@ -148,6 +148,10 @@ pub struct RunArgs {
     /// every start reads the whole table).
     #[arg(long, value_name = "DIR", default_value = "/run/verdict")]
     pub state_dir: String,
+    /// How often `--service-counters` are read from the kernel for `/metrics` (default 10s;
+    /// never more often than every 20 reads' duration, so reading takes at most 5% of a core).
+    #[arg(long, value_name = "DURATION")]
+    pub service_counters_period: Option<String>,
     /// Rule flags.
     #[command(flatten)]
     pub rules: RulesArgs,

@@ -336,6 +336,8 @@ pub struct RunConfig {
     pub sync_period: Duration,
     /// Where the table's state is kept between runs (see `SyncConfig::state_dir`).
     pub state_dir: Option<std::path::PathBuf>,
+    /// How often the per-Service counters are read (see `crate::counters`).
+    pub service_counters_period: Duration,
 }
 
 fn bind_address(flag: &str, raw: &str, default_port: u16) -> Result<Option<SocketAddr>, ConfigError> {
@@ -379,6 +381,11 @@ impl RunConfig {
         )?;
         if sync_period.is_zero() {
             return Err(bad("--sync-period must be greater than 0"));
+        }
+        let service_counters_period =
+            duration("service-counters-period", args.service_counters_period.as_deref(), Duration::from_secs(10))?;
+        if service_counters_period.is_zero() {
+            return Err(bad("--service-counters-period must be greater than 0"));
         }
         if min_sync_period > sync_period {
             return Err(bad(format!(
@@ -432,6 +439,7 @@ impl RunConfig {
             min_sync_period,
             sync_period,
             state_dir: Some(args.state_dir.trim()).filter(|d| !d.is_empty()).map(std::path::PathBuf::from),
+            service_counters_period,
         })
     }
 }

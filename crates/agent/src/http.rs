@@ -31,7 +31,7 @@ pub fn metrics_routes(
         "/metrics" => {
             let mut text = prom.render();
             if let Some(c) = &counters {
-                text.push_str(&c.render());
+                c.render_into(&mut text);
             }
             (200, "text/plain; version=0.0.4", text)
         }

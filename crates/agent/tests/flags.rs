@@ -62,6 +62,11 @@ fn bad_flags_exit_64_with_one_line() {
     assert_usage(&["render", "--manifests", ".", "--nodeport-addresses", "primary,10.0.0.0/8"], "primary");
     assert_usage(&["run", "--service-counters", "some", "--hostname-override", "n"], "--service-counters");
     assert_usage(
+        &["run", "--service-counters-period", "soon", "--hostname-override", "n"],
+        "--service-counters-period",
+    );
+    assert_usage(&["run", "--service-counters-period", "0s", "--hostname-override", "n"], "greater than 0");
+    assert_usage(
         &["run", "--service-counters", "labelled", "--hostname-override", "n"],
         "needs --service-counters-selector",
     );

@@ -21,6 +21,7 @@ pub const ALL: &[&str] = &[
     "kernel_golden",
     "kernel_ruleset",
     "kernel_incremental",
+    "kernel_counters",
     "chain_deletion",
     "packets_core",
     "packets_scale",

@@ -1,7 +1,7 @@
 //! `verdict run`: the node agent.
 
 use crate::config::{RunConfig, Source};
-use crate::counters::CounterReader;
+use crate::counters::{CountedKeysPublisher, CounterReader, SharedKeys};
 use crate::http;
 use anyhow::{Context, Result, anyhow};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -45,8 +45,9 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     // A one-shot run serves nothing: its ports would be open for a moment, to nobody, and
     // could collide with the daemon of the same node.
+    let counted_keys = SharedKeys::default();
     if !cfg.once {
-        rt.block_on(serve_endpoints(&cfg, prom, health.clone()))?;
+        rt.block_on(serve_endpoints(&cfg, prom, health.clone(), counted_keys.clone()))?;
     }
 
     if cfg.cleanup_leftovers {
@@ -88,6 +89,9 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
             .with_after_sync(service_health)
             .with_after_sync(ConntrackCleaner::new())
             .with_after_sync(crate::memory::MemoryStats);
+        if cfg.rules.proxy.service_counters.enabled() {
+            sync_loop = sync_loop.with_after_sync(CountedKeysPublisher(counted_keys));
+        }
         match verdict_controller::drift::watch_table(&cfg.rules.table, tx.clone()) {
             Ok(gate) => sync_loop = sync_loop.with_monitor(gate),
             Err(e) => tracing::warn!("not watching the table for changes by other programs: {e}"),
@@ -147,9 +151,20 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
     }
 }
 
-async fn serve_endpoints(cfg: &RunConfig, prom: PrometheusHandle, health: Arc<ProxyHealth>) -> Result<()> {
+async fn serve_endpoints(
+    cfg: &RunConfig,
+    prom: PrometheusHandle,
+    health: Arc<ProxyHealth>,
+    counted_keys: SharedKeys,
+) -> Result<()> {
     if let Some(addr) = cfg.metrics_addr {
-        let counters = cfg.rules.proxy.service_counters.enabled().then(|| CounterReader::new(&cfg.rules.table));
+        let counters = match cfg.rules.proxy.service_counters.enabled() {
+            true => Some(
+                CounterReader::start(&cfg.rules.table, counted_keys, cfg.service_counters_period)
+                    .context("starting the service counters' reader")?,
+            ),
+            false => None,
+        };
         let bound = http::serve(addr, http::metrics_routes(prom, health.clone(), counters))
             .await
             .with_context(|| format!("serving metrics on {addr}"))?;

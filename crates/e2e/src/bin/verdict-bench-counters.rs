@@ -6,17 +6,30 @@
 //! loopback are programmed in one cold transaction (commit cost), then C TCP connections are
 //! made to the probe's ClusterIP one after another (connect latency: SYN to SYN-ACK through
 //! nat output, DNAT and, when counted, the counting lookup; connections per second), and
-//! with counters on, the counters are read back the way `/metrics` reads them.
+//! with counters on, the counters are read back the way `/metrics` reads them (each element
+//! by key) and, for comparison, by dumping the counting sets.
+//!
+//! `--read-sizes 1000,10000,100000` measures only the reads, at each size: keys from the
+//! model, a read by key and a dump, which must agree.
+//!
+//! `--scrape-sizes 1000,10000,100000 --verdict PATH` runs the real agent against the test API
+//! server at each size, counters off and all: how long a `/metrics` scrape takes, how long
+//! the agent's background read takes, and the agent's memory.
 
 use anyhow::{Context, Result, ensure};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+use verdict_e2e::apilab::ApiLab;
+use verdict_e2e::endtoend::agent::RunningAgent;
+use verdict_e2e::endtoend::{NODE, Point, load};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::synth;
 use verdict_model::source::Endpoint;
 use verdict_model::{ServiceCounters, build_model};
 use verdict_nft::netlink::Netlink;
-use verdict_nft::render::counters::Outcome;
+use verdict_nft::netlink::counters::ServiceCount;
+use verdict_nft::render::counters::{CountedKeys, Outcome};
 use verdict_nft::{RenderOptions, diff, render};
 
 const PROBE_ENDPOINT: &str = "10.255.0.1";
@@ -26,13 +39,38 @@ struct Args {
     endpoints: usize,
     connections: usize,
     runs: usize,
+    read_sizes: Vec<usize>,
+    scrape_sizes: Vec<usize>,
+    verdict: Option<std::path::PathBuf>,
+}
+
+fn sizes(value: &str) -> Result<Vec<usize>> {
+    value.split(',').map(|v| v.parse().context("a size")).collect()
 }
 
 fn parse_args() -> Result<Args> {
-    let mut a = Args { services: 100_000, endpoints: 2, connections: 3000, runs: 3 };
+    let mut a = Args {
+        services: 100_000,
+        endpoints: 2,
+        connections: 3000,
+        runs: 3,
+        read_sizes: Vec::new(),
+        scrape_sizes: Vec::new(),
+        verdict: None,
+    };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
-        let v: usize = pair.get(1).context("a value")?.parse().context("a number")?;
+        let value = pair.get(1).context("a value")?;
+        match pair[0].as_str() {
+            "--read-sizes" => a.read_sizes = sizes(value)?,
+            "--scrape-sizes" => a.scrape_sizes = sizes(value)?,
+            "--verdict" => a.verdict = Some(value.into()),
+            _ => {}
+        }
+        if ["--read-sizes", "--scrape-sizes", "--verdict"].contains(&pair[0].as_str()) {
+            continue;
+        }
+        let v: usize = value.parse().context("a number")?;
         match pair[0].as_str() {
             "--services" => a.services = v,
             "--endpoints" => a.endpoints = v,
@@ -53,7 +91,31 @@ struct Run {
     connect_p50_us: f64,
     connect_p99_us: f64,
     per_sec: f64,
-    read_ms: f64,
+    reads: Reads,
+}
+
+/// One way and another of reading the same counters.
+#[derive(Clone, Debug, Default)]
+struct Reads {
+    keys_ms: f64,
+    keyed_ms: f64,
+    dump_ms: f64,
+}
+
+/// Reads the counters by key and by dump, checks that both say the same, and returns them
+/// with the times.
+fn read_both(nl: &mut Netlink, model: &verdict_model::ProxyModel) -> Result<(Vec<ServiceCount>, Reads)> {
+    let t = Instant::now();
+    let keys = CountedKeys::of_model(model);
+    let keys_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let keyed = nl.service_counts_of("kube-proxy", keys.iter())?;
+    let keyed_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let dumped = nl.service_counts("kube-proxy")?;
+    let dump_ms = t.elapsed().as_secs_f64() * 1000.0;
+    ensure!(keyed == dumped, "the read by key and the dump disagree ({} and {} series)", keyed.len(), dumped.len());
+    Ok((keyed, Reads { keys_ms, keyed_ms, dump_ms }))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -107,9 +169,8 @@ fn one(a: &Args, counters: &ServiceCounters) -> Result<Run> {
         run.connect_p50_us = percentile(&latencies, 0.5);
         run.connect_p99_us = percentile(&latencies, 0.99);
         if counters.enabled() {
-            let t = Instant::now();
-            let counts = nl.service_counts("kube-proxy")?;
-            run.read_ms = t.elapsed().as_secs_f64() * 1000.0;
+            let (counts, reads) = read_both(&mut nl, &built.model)?;
+            run.reads = reads;
             let probe_name = format!("bench/svc-{probe}:http");
             let got = counts.iter().find(|c| c.port == probe_name && c.outcome == Outcome::Accepted);
             let want = (warmup + a.connections) as u64;
@@ -119,14 +180,137 @@ fn one(a: &Args, counters: &ServiceCounters) -> Result<Run> {
     })
 }
 
-fn median(runs: &[Run], f: impl Fn(&Run) -> f64) -> f64 {
+fn median<T>(runs: &[T], f: impl Fn(&T) -> f64) -> f64 {
     let mut v: Vec<f64> = runs.iter().map(f).collect();
     v.sort_by(|x, y| x.partial_cmp(y).expect("a number"));
     v[v.len() / 2]
 }
 
+/// Only the reads, at `services` counted ports: medians of `runs` reads in one namespace.
+fn reads_at(services: usize, endpoints: usize, runs: usize) -> Result<(usize, Reads)> {
+    let ns = Netns::new("bcnr")?;
+    let (services, slices) = synth::cluster(services, endpoints, synth::POD_POOL);
+    let config = verdict_model::ProxyConfig { service_counters: ServiceCounters::All, ..synth::config() };
+    let built = build_model(config, "bench", Some(&synth::node()), &[], &services, &slices);
+    let desired = render(&built.model, &RenderOptions::default());
+    ns.run(|| -> Result<(usize, Reads)> {
+        let mut nl = Netlink::open()?;
+        nl.commit(&diff(None, &desired).transaction)?;
+        let mut all = Vec::new();
+        let mut series = 0;
+        for _ in 0..runs {
+            let (counts, reads) = read_both(&mut nl, &built.model)?;
+            series = counts.len();
+            all.push(reads);
+        }
+        let reads = Reads {
+            keys_ms: median(&all, |r| r.keys_ms),
+            keyed_ms: median(&all, |r| r.keyed_ms),
+            dump_ms: median(&all, |r| r.dump_ms),
+        };
+        Ok((series, reads))
+    })
+}
+
+/// One `/metrics` request from inside `ns`: the body.
+fn scrape(ns: &Netns) -> Result<String> {
+    ns.run(|| -> Result<String> {
+        let mut s = TcpStream::connect_timeout(&"127.0.0.1:10249".parse()?, Duration::from_secs(2))?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    })
+}
+
+/// What a scrape of the real agent costs at `services` Services (2 endpoints each).
+struct Scrape {
+    series: usize,
+    scrape_ms: f64,
+    body_mb: f64,
+    read_ms: f64,
+    rss_mib: f64,
+}
+
+fn scrape_at(verdict: &std::path::Path, services: usize, counters: &str) -> Result<Scrape> {
+    let lab = ApiLab::new("bcns")?;
+    let point = Point { services, endpoints: 2 };
+    load(&lab, point);
+    let dir = std::env::temp_dir().join(format!("verdict-bench-scrape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = dir.join("kubeconfig");
+    lab.server.write_kubeconfig(&kubeconfig)?;
+    let extra = ["--state-dir", "", "--service-counters", counters];
+    let mut agent = RunningAgent::start(lab.ns.name(), verdict, &kubeconfig, NODE, &extra)?;
+    agent.wait_synced(Duration::from_secs(600), |s| s.full && s.services == services as u64)?;
+    let series = |body: &str| body.lines().filter(|l| l.starts_with("verdict_service_connections_total{")).count();
+    let gauge = |body: &str, name: &str| {
+        body.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    // Counted: wait for the first reading of every port (accepted and rejected each).
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while counters != "off" && series(&scrape(&lab.ns)?) < 2 * services {
+        ensure!(Instant::now() < deadline, "no reading of {services} ports");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut times = Vec::new();
+    let mut body = String::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        body = scrape(&lab.ns)?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let out = Scrape {
+        series: series(&body),
+        scrape_ms: median(&times, |t| *t),
+        body_mb: body.len() as f64 / 1e6,
+        read_ms: gauge(&body, "verdict_service_counters_read_duration_seconds ") * 1000.0,
+        rss_mib: agent.rss_mib(),
+    };
+    agent.terminate()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
 fn main() -> Result<()> {
     let a = parse_args()?;
+    if !a.scrape_sizes.is_empty() {
+        let verdict = a.verdict.as_deref().context("--scrape-sizes needs --verdict PATH")?;
+        println!("the agent's /metrics, median of 10 scrapes; 2 endpoints per Service\n");
+        println!("| Services | counters | series | scrape ms | body MB | background read ms | agent RSS MiB |");
+        println!("|---:|---|---:|---:|---:|---:|---:|");
+        for &n in &a.scrape_sizes {
+            for counters in ["off", "all"] {
+                let s = scrape_at(verdict, n, counters)?;
+                println!(
+                    "| {n} | {counters} | {} | {:.1} | {:.1} | {} | {:.0} |",
+                    s.series,
+                    s.scrape_ms,
+                    s.body_mb,
+                    if counters == "off" { "-".to_string() } else { format!("{:.0}", s.read_ms) },
+                    s.rss_mib
+                );
+            }
+        }
+        return Ok(());
+    }
+    if !a.read_sizes.is_empty() {
+        println!("counter reads, {} endpoints per Service, median of {} reads\n", a.endpoints, a.runs);
+        println!("| counted ports | series | keys from the model ms | read by key ms | dump ms | dump / by key |");
+        println!("|---:|---:|---:|---:|---:|---:|");
+        for &n in &a.read_sizes {
+            let (series, r) = reads_at(n, a.endpoints, a.runs)?;
+            println!(
+                "| {n} | {series} | {:.1} | {:.1} | {:.1} | {:.1}x |",
+                r.keys_ms,
+                r.keyed_ms,
+                r.dump_ms,
+                r.dump_ms / r.keyed_ms
+            );
+        }
+        return Ok(());
+    }
     let modes = [("off", ServiceCounters::Off), ("all", ServiceCounters::All)];
     let mut results: Vec<Vec<Run>> = vec![Vec::new(), Vec::new()];
     for r in 0..a.runs {
@@ -141,13 +325,14 @@ fn main() -> Result<()> {
         a.services, a.endpoints, a.connections, a.runs
     );
     println!(
-        "| counters | elements | batch MB | cold commit, kernel ms | cold commit, total ms | connect p50 µs | connect p99 µs | connections/s | counter read ms |"
+        "| counters | elements | batch MB | cold commit, kernel ms | cold commit, total ms | connect p50 µs | connect p99 µs | connections/s | read by key ms | read by dump ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (i, (name, _)) in modes.iter().enumerate() {
         let r = &results[i];
+        let read = |f: fn(&Run) -> f64| if i == 0 { "-".to_string() } else { format!("{:.0}", median(r, f)) };
         println!(
-            "| {name} | {} | {:.1} | {:.0} | {:.0} | {:.1} | {:.1} | {:.0} | {} |",
+            "| {name} | {} | {:.1} | {:.0} | {:.0} | {:.1} | {:.1} | {:.0} | {} | {} |",
             r[0].elements,
             r[0].bytes as f64 / 1e6,
             median(r, |x| x.kernel_ms),
@@ -155,7 +340,8 @@ fn main() -> Result<()> {
             median(r, |x| x.connect_p50_us),
             median(r, |x| x.connect_p99_us),
             median(r, |x| x.per_sec),
-            if i == 0 { "-".to_string() } else { format!("{:.0}", median(r, |x| x.read_ms)) },
+            read(|x| x.reads.keyed_ms),
+            read(|x| x.reads.dump_ms),
         );
     }
     Ok(())

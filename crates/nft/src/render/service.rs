@@ -36,7 +36,19 @@ pub(crate) struct PortView<'a> {
     pub comment: Arc<str>,
 }
 
-impl PortView<'_> {
+impl<'a> PortView<'a> {
+    /// `port` as family `f` sees it; `None` without a ClusterIP of that family.
+    pub fn of(model: &'a ProxyModel, port: &'a ServicePort, f: IpFamily) -> Option<PortView<'a>> {
+        Some(PortView {
+            model,
+            port,
+            family: f,
+            cluster_ip: port.cluster_ip(f)?,
+            selection: port.selection(f),
+            comment: Arc::from(port.name.to_string()),
+        })
+    }
+
     pub fn proto(&self) -> Value {
         Value::Proto(self.port.protocol().number())
     }
@@ -145,15 +157,8 @@ pub(crate) fn render(model: &ProxyModel, port: &ServicePort, f: IpFamily, sink: 
     // A Service exists in a family only if it has a ClusterIP of that family (as upstream's
     // per-family proxiers see it): a single-stack Service's NodePort is not claimed for the
     // other family.
-    let Some(cluster_ip) = port.cluster_ip(f) else { return };
-    let view = PortView {
-        model,
-        port,
-        family: f,
-        cluster_ip,
-        selection: port.selection(f),
-        comment: Arc::from(port.name.to_string()),
-    };
+    let Some(view) = PortView::of(model, port, f) else { return };
+    let cluster_ip = view.cluster_ip;
     sink.element(&family_name(CLUSTER_IPS, f), encode_concat(&[Value::Addr(cluster_ip)]), Elem::plain());
     let hairpin = family_name(HAIRPIN_ENDPOINTS, f);
     let mut endpoints: Vec<&EndpointTarget> = view.selection.cluster.iter().chain(&view.selection.local).collect();
@@ -170,6 +175,14 @@ pub(crate) fn render(model: &ProxyModel, port: &ServicePort, f: IpFamily, sink: 
     }
     render_firewall(&view, sink);
     if view.counted() {
+        count(&view, sink);
+    }
+}
+
+/// Only `port`'s elements in the counting sets for family `f` (none when it is not counted):
+/// the keys a reader of the counters asks the kernel for.
+pub(crate) fn render_counting(model: &ProxyModel, port: &ServicePort, f: IpFamily, sink: &mut impl Sink) {
+    if let Some(view) = PortView::of(model, port, f).filter(PortView::counted) {
         count(&view, sink);
     }
 }
