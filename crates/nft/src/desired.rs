@@ -134,10 +134,16 @@ impl DesiredTable {
         let wanted = self.keep_slots(&before, after.elements);
         let new_keys: std::collections::HashSet<(&str, Blob)> =
             wanted.iter().map(|(s, k, _)| (s.as_str(), *k)).collect();
-        for (set, key) in old.keys() {
-            if !new_keys.contains(&(*set, *key)) {
-                self.remove_element(set, *key);
+        for ((set, key), elem) in &old {
+            if new_keys.contains(&(*set, *key)) {
+                continue;
             }
+            // A port that took the key over in this sync (an address whose ownership passed
+            // to it, applied before the port that lost it) already wrote its own element.
+            if !is_shared(set) && self.current(set, key).as_ref() != Some(*elem) {
+                continue;
+            }
+            self.remove_element(set, *key);
         }
         for (set, key, elem) in &wanted {
             match old.get(&(set.as_str(), *key)) {
