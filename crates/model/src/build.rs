@@ -81,7 +81,7 @@ pub fn build_model(
         }
     }
     for port in raw {
-        let (mut settled, mut lost) = claims.settle(&port);
+        let (mut settled, mut lost) = claims.settle(port);
         if !lost.is_empty() {
             // Losing an address can change what the port reaches externally.
             select_endpoints(&model.node, &mut settled);
@@ -142,15 +142,18 @@ pub(crate) fn node_facts(
     facts
 }
 
-/// Records problems about one object.
+/// Records problems about one object (named only when there is one: nearly every object has
+/// none, and naming each cost two strings per Service and slice of every rebuild).
 struct Reporter<'a> {
-    object: ObjectRef,
+    kind: ObjectKind,
+    namespace: &'a str,
+    name: &'a str,
     problems: &'a mut Vec<Problem>,
 }
 
 impl Reporter<'_> {
     fn report(&mut self, reason: &'static str, message: String) {
-        self.problems.push(Problem::new(self.object.clone(), reason, message));
+        self.problems.push(Problem::new(ObjectRef::new(self.kind, self.namespace, self.name), reason, message));
     }
 }
 
@@ -165,8 +168,8 @@ fn traffic_policy(raw: &str, field: &str, r: &mut Reporter<'_>) -> bool {
     }
 }
 
-fn parse_addresses(
-    raws: impl IntoIterator<Item = String>,
+fn parse_addresses<'s>(
+    raws: impl IntoIterator<Item = &'s str>,
     families: &[IpFamily],
     what: &str,
     reason: &'static str,
@@ -174,7 +177,7 @@ fn parse_addresses(
 ) -> Vec<IpAddr> {
     let mut out = Vec::new();
     for raw in raws {
-        match parse_ip_tolerant(&raw) {
+        match parse_ip_tolerant(raw) {
             // An address of a family this node does not program is the other half of a
             // dual-stack Service: not an error.
             Some(ip) if families.contains(&IpFamily::of(&ip)) => {
@@ -198,7 +201,7 @@ pub(crate) fn build_service<S: SliceView>(
     slices: &[S],
     problems: &mut Vec<Problem>,
 ) -> Vec<ServicePort> {
-    let mut r = Reporter { object: ObjectRef::new(ObjectKind::Service, &svc.namespace, &svc.name), problems };
+    let mut r = Reporter { kind: ObjectKind::Service, namespace: &svc.namespace, name: &svc.name, problems };
     let service_type = if svc.service_type.is_empty() { "ClusterIP" } else { &svc.service_type };
     if service_type == "ExternalName" || svc.labels.contains_key(SERVICE_PROXY_NAME_LABEL) {
         return Vec::new();
@@ -217,7 +220,8 @@ pub(crate) fn build_service<S: SliceView>(
         return Vec::new();
     }
     let reported = r.problems.len();
-    let cluster_ips = parse_addresses(svc.cluster_ips.clone(), families, "clusterIP", "InvalidClusterIP", &mut r);
+    let cluster_ips =
+        parse_addresses(svc.cluster_ips.iter().map(String::as_str), families, "clusterIP", "InvalidClusterIP", &mut r);
     if cluster_ips.is_empty() {
         // An unparsable address was reported already; otherwise say why nothing is usable.
         if r.problems.len() == reported {
@@ -233,7 +237,13 @@ pub(crate) fn build_service<S: SliceView>(
         }
         return Vec::new();
     }
-    let external_ips = parse_addresses(svc.external_ips.clone(), families, "externalIP", "InvalidExternalIP", &mut r);
+    let external_ips = parse_addresses(
+        svc.external_ips.iter().map(String::as_str),
+        families,
+        "externalIP",
+        "InvalidExternalIP",
+        &mut r,
+    );
     let load_balancer_ips = if service_type == "LoadBalancer" {
         let captured = svc
             .load_balancer_ingress
@@ -241,7 +251,7 @@ pub(crate) fn build_service<S: SliceView>(
             // ipMode Proxy: the load balancer proxies the traffic itself, so the address must
             // reach the node unchanged.
             .filter(|ing| !ing.ip.is_empty() && ing.ip_mode.as_deref() != Some("Proxy"))
-            .map(|ing| ing.ip.clone());
+            .map(|ing| ing.ip.as_str());
         parse_addresses(captured, families, "load balancer ingress IP", "InvalidLoadBalancerIP", &mut r)
     } else {
         Vec::new()
@@ -290,7 +300,7 @@ pub(crate) fn build_service<S: SliceView>(
     // Exact capacities throughout: the model of a large cluster is mostly these vectors, and
     // growth by doubling left a Service port's vector (4 slots for 1 port) 75% empty.
     let mut ports = Vec::with_capacity(svc.ports.len());
-    let mut seen = BTreeSet::new();
+    let mut seen: BTreeSet<(&str, Protocol)> = BTreeSet::new();
     for spec in &svc.ports {
         if !spec.name.is_empty() && !is_dns_label(&spec.name) {
             r.report("InvalidPort", format!("port name {:?} is not a DNS label", spec.name));
@@ -314,7 +324,7 @@ pub(crate) fn build_service<S: SliceView>(
             },
             _ => None,
         };
-        if !seen.insert((spec.name.clone(), protocol)) {
+        if !seen.insert((spec.name.as_str(), protocol)) {
             r.report("DuplicatePort", format!("port {:?}/{protocol} is listed twice", spec.name));
             continue;
         }
@@ -384,7 +394,9 @@ fn collect_endpoints<S: SliceView>(
     let mut endpoints: Vec<Endpoint> = Vec::new();
     for slice in slices {
         let mut r = Reporter {
-            object: ObjectRef::new(ObjectKind::EndpointSlice, slice.namespace(), slice.name()),
+            kind: ObjectKind::EndpointSlice,
+            namespace: slice.namespace(),
+            name: slice.name(),
             problems: &mut *problems,
         };
         let family = match slice.address_type() {

@@ -230,11 +230,12 @@ impl ModelCache {
             }
         }
         let families = self.model.families();
+        // Ports whose ownership of an address may have changed, or that are gone.
         let mut affected: BTreeSet<ServicePortName> = BTreeSet::new();
-        let mut fresh: BTreeMap<ServicePortName, ServicePort> = BTreeMap::new();
+        let mut fresh: Vec<ServicePort> = Vec::new();
         for k in std::mem::take(&mut self.dirty) {
             for old in self.raw.remove(&k).unwrap_or_default() {
-                affected.extend(self.claims.rivals(&old));
+                self.claims.rivals_into(&old, &mut affected);
                 affected.insert(old.name.clone());
                 self.claims.unregister(&old);
             }
@@ -260,52 +261,72 @@ impl ModelCache {
             for c in &claims {
                 self.claims.register(c);
             }
-            for c in &claims {
-                affected.extend(self.claims.rivals(c));
-            }
             if !problems.is_empty() {
                 self.problems.insert(k.clone(), problems);
             }
             self.raw.insert(k, claims);
-            for port in ports {
-                affected.insert(port.name.clone());
-                fresh.insert(port.name.clone(), port);
-            }
+            fresh.extend(ports);
         }
+        // Every claim of this rebuild is registered: ownership can be settled.
+        for port in &fresh {
+            let claims = PortClaims::of(port);
+            self.claims.rivals_into(&claims, &mut affected);
+        }
+        for port in fresh {
+            affected.remove(&port.name);
+            let name = port.name.clone();
+            let (mut port, problems) = self.claims.settle(port);
+            if !problems.is_empty() {
+                // Losing an address can change what the port reaches externally.
+                select_endpoints(&self.model.node, &mut port);
+            }
+            self.record_claim_problems(&name, problems);
+            self.put(name, Some(Arc::new(port)), &mut out);
+        }
+        // Rivals not rebuilt here: the model's port with its claims as built (a rival that went
+        // away may give some back); and ports that are gone.
         for name in affected {
-            let claims =
-                self.raw.get(&key(&name.namespace, &name.name)).and_then(|ports| ports.iter().find(|p| p.name == name));
-            let new = claims.and_then(|claims| {
-                // Built in this rebuild, or else the model's port with its claims as built
-                // (a rival that went away may give some back).
-                let (raw, reselect) = match fresh.remove(&name) {
-                    Some(port) => (port, false),
-                    None => (claims.restore(self.model.services.get(&name)?), true),
-                };
-                let (mut port, problems) = self.claims.settle(&raw);
-                if reselect || !problems.is_empty() {
-                    // Losing or regaining an address can change what the port reaches externally.
+            let raw = self
+                .raw
+                .get(&key(&name.namespace, &name.name))
+                .and_then(|ports| ports.iter().find(|p| p.name == name))
+                .and_then(|claims| Some(claims.restore(self.model.services.get(&name)?)));
+            let new = match raw {
+                Some(raw) => {
+                    let (mut port, problems) = self.claims.settle(raw);
                     select_endpoints(&self.model.node, &mut port);
+                    self.record_claim_problems(&name, problems);
+                    Some(Arc::new(port))
                 }
-                if problems.is_empty() {
+                None => {
                     self.claim_problems.remove(&name);
-                } else {
-                    self.claim_problems.insert(name.clone(), problems);
+                    None
                 }
-                Some(Arc::new(port))
-            });
-            if new.is_none() {
-                self.claim_problems.remove(&name);
-            }
-            let old = match &new {
-                Some(p) => self.model.services.insert(name.clone(), p.clone()),
-                None => self.model.services.remove(&name),
             };
-            if old != new {
-                out.changes.push(PortChange { name, old, new });
-            }
+            self.put(name, new, &mut out);
         }
+        // In name order, as ownership is settled (the first in that order owns a key).
+        out.changes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         out
+    }
+
+    fn record_claim_problems(&mut self, name: &ServicePortName, problems: Vec<Problem>) {
+        if problems.is_empty() {
+            self.claim_problems.remove(name);
+        } else {
+            self.claim_problems.insert(name.clone(), problems);
+        }
+    }
+
+    /// Sets the model's port `name` to `new`, reporting a change if it is one.
+    fn put(&mut self, name: ServicePortName, new: Option<Arc<ServicePort>>, out: &mut Rebuilt) {
+        let old = match &new {
+            Some(p) => self.model.services.insert(name.clone(), p.clone()),
+            None => self.model.services.remove(&name),
+        };
+        if old != new {
+            out.changes.push(PortChange { name, old, new });
+        }
     }
 
     /// Every problem found, sorted.

@@ -51,19 +51,23 @@ impl PortClaims {
         }
     }
 
-    /// The keys the port wants.
-    fn wanted(&self) -> BTreeSet<Claim> {
+    /// The keys the port wants, sorted, without duplicates.
+    fn wanted(&self) -> Vec<Claim> {
         let p = self.name.protocol;
-        let mut out: BTreeSet<Claim> = self
-            .cluster_ips
-            .iter()
-            .chain(&self.external_ips)
-            .chain(&self.load_balancer_ips)
-            .map(|ip| Claim::Address(*ip, p, self.port))
-            .collect();
+        let mut out: Vec<Claim> =
+            Vec::with_capacity(self.cluster_ips.len() + self.external_ips.len() + self.load_balancer_ips.len() + 1);
+        out.extend(
+            self.cluster_ips
+                .iter()
+                .chain(&self.external_ips)
+                .chain(&self.load_balancer_ips)
+                .map(|ip| Claim::Address(*ip, p, self.port)),
+        );
         if let Some(np) = self.node_port {
-            out.insert(Claim::NodePort(p, np));
+            out.push(Claim::NodePort(p, np));
         }
+        out.sort_unstable();
+        out.dedup();
         out
     }
 }
@@ -102,31 +106,37 @@ impl ClaimIndex {
         }
     }
 
-    /// Everybody who wants one of `port`'s keys (whose ownership may change with it).
-    pub fn rivals(&self, port: &PortClaims) -> BTreeSet<ServicePortName> {
-        port.wanted().iter().filter_map(|c| self.contenders.get(c)).flatten().cloned().collect()
+    /// Everybody else who wants one of `port`'s keys (whose ownership may change with it),
+    /// added to `out`.
+    pub fn rivals_into(&self, port: &PortClaims, out: &mut BTreeSet<ServicePortName>) {
+        for c in port.wanted() {
+            for name in self.contenders.get(&c).into_iter().flatten() {
+                if *name != port.name && !out.contains(name) {
+                    out.insert(name.clone());
+                }
+            }
+        }
     }
 
     fn owner(&self, c: &Claim) -> Option<&ServicePortName> {
         self.contenders.get(c).and_then(|s| s.first())
     }
 
-    /// `raw` with the keys it does not own removed, and a problem for each.
-    pub fn settle(&self, raw: &ServicePort) -> (ServicePort, Vec<Problem>) {
-        let mut port = raw.clone();
+    /// `port` with the keys it does not own removed, and a problem for each.
+    pub fn settle(&self, mut port: ServicePort) -> (ServicePort, Vec<Problem>) {
         let mut problems = Vec::new();
-        let name = raw.name.clone();
-        let object = ObjectRef::new(ObjectKind::Service, &name.namespace, &name.name);
-        let (p, number) = (raw.protocol(), raw.port);
+        let name = port.name.clone();
+        let (p, number) = (port.protocol(), port.port);
         let mut lost = |what: String, other: &ServicePortName| {
+            let object = ObjectRef::new(ObjectKind::Service, &name.namespace, &name.name);
             problems.push(Problem::new(
-                object.clone(),
+                object,
                 "AddressConflict",
                 format!("{what} is already used by {other}; left out of {name}"),
             ));
         };
         let mut keep = |ip: &IpAddr, kind: &str| match self.owner(&Claim::Address(*ip, p, number)) {
-            Some(owner) if *owner != raw.name => {
+            Some(owner) if *owner != name => {
                 lost(format!("{kind} {ip} {p}/{number}"), owner);
                 false
             }
@@ -137,7 +147,7 @@ impl ClaimIndex {
         port.load_balancer_ips.retain(|ip| keep(ip, "load balancer IP"));
         if let Some(np) = port.node_port
             && let Some(owner) = self.owner(&Claim::NodePort(p, np))
-            && *owner != raw.name
+            && *owner != name
         {
             lost(format!("nodePort {p}/{np}"), owner);
             port.node_port = None;

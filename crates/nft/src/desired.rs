@@ -9,7 +9,9 @@
 
 use crate::diff::{ChangeSet, emit, stable_slots};
 use crate::render::service::is_shared;
-use crate::render::{Class, MapClass, RenderOptions, SharedCounts, Sink, capacity, render_counted, service};
+use crate::render::{
+    Class, ClassNames, MapClass, RenderOptions, SharedCounts, Sink, capacity, render_counted, service,
+};
 use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set, SetDecl};
 use crate::transaction::Transaction;
 use std::collections::{BTreeMap, HashMap};
@@ -50,9 +52,9 @@ impl Sink for Fragment {
         self.elements.push((set.to_string(), key, elem));
     }
 
-    fn class(&mut self, class: Class) -> Arc<str> {
+    fn class(&mut self, class: Class) -> ClassNames {
         self.classes.push(class);
-        Arc::from(class.name().as_str())
+        ClassNames::of(class)
     }
 
     fn chain(&mut self, chain: Chain) {

@@ -50,6 +50,9 @@ pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
                 want.decl.size = old.decl.size;
                 want.elements = Arc::clone(&old.elements);
             }
+            Some(old) if keeps(&old.decl, want) && old.elements == want.elements => {
+                want.decl.size = old.decl.size;
+            }
             Some(old) if keeps(&old.decl, want) => {
                 want.decl.size = old.decl.size;
                 keep_slots(old, want);

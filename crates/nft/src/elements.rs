@@ -407,9 +407,30 @@ impl ElementMap {
         }
     }
 
-    /// Keys in key order.
-    pub fn keys(&self) -> impl Iterator<Item = Blob> + '_ {
-        self.iter().map(|(k, _)| k)
+    /// Adds `other`'s elements (of equal keys, `other`'s is kept). When they all come after
+    /// this map's, as a render split by address hands them over, its chunks are moved.
+    pub fn absorb(&mut self, other: ElementMap) {
+        if let (Repr::Packed(mine), Repr::Packed(theirs)) = (&mut self.repr, &other.repr)
+            && mine.len > 0
+            && theirs.len > 0
+            && (mine.key_len, mine.shape) == (theirs.key_len, theirs.shape)
+        {
+            let kl = mine.key_len as usize;
+            let last = mine.chunks.last().map(|c| c.key(kl, c.len(kl) - 1));
+            if last < Some(theirs.chunks[0].key(kl, 0)) {
+                let Repr::Packed(theirs) = other.repr else { unreachable!("matched above") };
+                mine.len += theirs.len;
+                mine.chunks.extend(theirs.chunks);
+                return;
+            }
+        }
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
+        for (key, elem) in other.iter() {
+            self.insert(key, elem);
+        }
     }
 }
 
@@ -464,7 +485,53 @@ impl<'a> IntoIterator for &'a ElementMap {
 /// Equal when they hold the same elements, whichever form holds them.
 impl PartialEq for ElementMap {
     fn eq(&self, other: &ElementMap) -> bool {
-        self.len() == other.len() && self.iter().eq(other.iter())
+        if self.len() != other.len() {
+            return false;
+        }
+        // Packed maps of one shape compare column by column, whatever their chunking: at a
+        // restart that changed nothing this is most of the diff.
+        if let (Repr::Packed(a), Repr::Packed(b)) = (&self.repr, &other.repr)
+            && (a.key_len, a.shape) == (b.key_len, b.shape)
+        {
+            return same_run(a.chunks.iter().map(|c| &c.keys[..]), b.chunks.iter().map(|c| &c.keys[..]))
+                && same_run(a.chunks.iter().map(|c| &c.values[..]), b.chunks.iter().map(|c| &c.values[..]))
+                && same_run(a.chunks.iter().map(|c| &c.verdicts[..]), b.chunks.iter().map(|c| &c.verdicts[..]))
+                && a.comments().eq(b.comments());
+        }
+        self.iter().eq(other.iter())
+    }
+}
+
+/// Whether two sequences of slices hold the same items once concatenated.
+fn same_run<'a, T: PartialEq + 'a>(a: impl Iterator<Item = &'a [T]>, b: impl Iterator<Item = &'a [T]>) -> bool {
+    let (mut a, mut b) = (a.filter(|s| !s.is_empty()), b.filter(|s| !s.is_empty()));
+    let (mut x, mut y): (&[T], &[T]) = (&[], &[]);
+    loop {
+        if x.is_empty() {
+            x = a.next().unwrap_or_default();
+        }
+        if y.is_empty() {
+            y = b.next().unwrap_or_default();
+        }
+        if x.is_empty() || y.is_empty() {
+            return x.is_empty() && y.is_empty();
+        }
+        let n = x.len().min(y.len());
+        if x[..n] != y[..n] {
+            return false;
+        }
+        (x, y) = (&x[n..], &y[n..]);
+    }
+}
+
+impl Packed {
+    /// Every element's comment, in key order.
+    fn comments(&self) -> impl Iterator<Item = Option<&Arc<str>>> + '_ {
+        let kl = self.key_len as usize;
+        self.chunks.iter().flat_map(move |c| {
+            let none = std::iter::repeat_n(None, if c.comments.is_empty() { c.len(kl) } else { 0 });
+            c.comments.iter().map(Option::as_ref).chain(none)
+        })
     }
 }
 

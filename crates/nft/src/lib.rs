@@ -13,6 +13,7 @@ pub mod desired;
 pub mod diff;
 pub mod elements;
 pub mod explain;
+mod fasthash;
 pub mod low;
 pub mod lower;
 pub mod netlink;

@@ -122,9 +122,27 @@ proptest! {
         let all: Vec<(Blob, Elem)> = map.iter().collect();
         let want: Vec<(Blob, Elem)> = model.iter().map(|(k, e)| (*k, e.clone())).collect();
         prop_assert_eq!(all, want);
+        // Equality: chunked differently (after inserts and removes) and alike (collected).
+        let collected: ElementMap = model.iter().map(|(k, e)| (*k, e.clone())).collect();
+        prop_assert!(map == collected);
+        prop_assert!(collected == collected.clone());
+        if let Some((k, e)) = model.iter().next() {
+            let changed = slot_elem(e.comment.as_deref().map_or(7, |_| 8), e.comment.is_none());
+            let mut other = collected.clone();
+            other.insert(*k, changed);
+            prop_assert!(other != collected && other != map);
+        }
         for k in (0..2000).step_by(7) {
             prop_assert_eq!(map.get(&slot_key(k)), model.get(&slot_key(k)).cloned());
         }
+        // Absorbing: a map of later keys (chunks moved), then one of interleaved keys.
+        let at = model.len() / 2;
+        let mut head: ElementMap = model.iter().take(at).map(|(k, e)| (*k, e.clone())).collect();
+        head.absorb(model.iter().skip(at).map(|(k, e)| (*k, e.clone())).collect());
+        prop_assert!(head == collected);
+        let mut even: ElementMap = model.iter().step_by(2).map(|(k, e)| (*k, e.clone())).collect();
+        even.absorb(model.iter().skip(1).step_by(2).map(|(k, e)| (*k, e.clone())).collect());
+        prop_assert!(even == collected);
         if let Repr::Packed(p) = &map.repr {
             let kl = p.key_len as usize;
             prop_assert!(p.chunks.iter().all(|c| c.len(kl) > 0 && c.len(kl) < 2 * CHUNK));

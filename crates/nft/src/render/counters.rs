@@ -18,7 +18,7 @@ use crate::rule::build::in_set;
 use crate::rule::{Item, Rule, Selector};
 use crate::ruleset::{Blob, Chain, Datatype, Elem, KeySpec, SetDecl};
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use verdict_model::{IpFamily, ProxyModel, ServicePort, ServicePortName};
 
 /// What happened to a counted new connection.
@@ -76,7 +76,7 @@ pub fn set_name(outcome: Outcome, keyed: Keyed, family: IpFamily) -> String {
         Keyed::Address => "ips",
         Keyed::NodePort => "nodeports",
     };
-    family_name(&format!("{}-{kind}", outcome.label()), family)
+    family_name(&format!("{}-{kind}", outcome.label()), family).into_owned()
 }
 
 /// The outcome a counting set's name stands for (the reader's inverse of [`set_name`]).
@@ -163,8 +163,8 @@ impl Sink for KeySink {
         }
     }
 
-    fn class(&mut self, class: Class) -> Arc<str> {
-        Arc::from(class.name().as_str())
+    fn class(&mut self, class: Class) -> super::ClassNames {
+        super::ClassNames::of(class)
     }
 
     fn chain(&mut self, _chain: Chain) {}

@@ -18,11 +18,12 @@ mod scaffold;
 pub(crate) mod service;
 
 use crate::elements::ElementMap;
+use crate::fasthash::FastMap;
 use crate::rule::build::{l4proto_any, stmt};
 use crate::rule::{DnatTarget, Rule, Selector, Stmt};
 use crate::ruleset::{Blob, Chain, DataSpec, Elem, KeySpec, Ruleset, Set, SetDecl, Table};
 use std::sync::Arc;
-use verdict_model::{IpFamily, ProxyModel};
+use verdict_model::{IpFamily, ProxyModel, ServicePort};
 
 /// Options that do not come from the model.
 #[derive(Clone, Debug)]
@@ -51,7 +52,7 @@ pub fn capacity(count: usize) -> u32 {
 /// Reference counts of shared elements above one, by set and key: an element of a shared set
 /// without a count is wanted by exactly one Service port, as nearly all are (a count for every
 /// hairpin pair cost 540 bytes per Service of 10 endpoints).
-pub(crate) type SharedCounts = std::collections::HashMap<String, std::collections::HashMap<Blob, u32>>;
+pub(crate) type SharedCounts = FastMap<String, FastMap<Blob, u32>>;
 
 /// Renders the whole table for a model.
 pub fn render(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
@@ -72,23 +73,53 @@ pub(crate) fn render_counted(model: &ProxyModel, opts: &RenderOptions) -> (Rules
     render_with(model, opts, true)
 }
 
+/// Below this many Service ports one thread renders the table; above it two, each half of
+/// the ports (a cold sync at 100k waits for its render, and the second core is idle then).
+const PARALLEL_PORTS: usize = 20_000;
+
 fn render_with(model: &ProxyModel, opts: &RenderOptions, count: bool) -> (Ruleset, Counts) {
-    let mut b = Builder {
-        rs: scaffold(model, opts),
-        pending: std::collections::HashMap::new(),
+    render_split(model, opts, count, model.services.len() >= PARALLEL_PORTS)
+}
+
+fn render_split(model: &ProxyModel, opts: &RenderOptions, count: bool, parallel: bool) -> (Ruleset, Counts) {
+    let scaffold = scaffold(model, opts);
+    let new_builder = |rs: Ruleset| Builder {
+        rs,
+        pending: FastMap::default(),
         mark: model.config.masquerade_mark(),
         counting: model.config.service_counters.enabled(),
         counts: Counts::default(),
         count,
+        class_names: FastMap::default(),
     };
+    // In address order the large maps (keyed by address) arrive sorted, which makes building
+    // them linear.
+    let mut ports: Vec<(IpFamily, &ServicePort)> = Vec::with_capacity(model.services.len());
     for family in model.families() {
-        // In address order the large maps (keyed by address) arrive sorted, which makes
-        // building them linear.
-        let mut ports: Vec<_> = model.services.values().filter_map(|p| Some((p.cluster_ip(family)?, p))).collect();
-        ports.sort_by_key(|(ip, p)| (*ip, p.protocol(), p.port));
-        for (_, port) in ports {
-            service::render(model, port, family, &mut b);
+        let start = ports.len();
+        ports.extend(model.services.values().filter(|p| p.cluster_ip(family).is_some()).map(|p| (family, &**p)));
+        ports[start..].sort_by_key(|(f, p)| (p.cluster_ip(*f), p.protocol(), p.port));
+    }
+    let render_all = |b: &mut Builder, ports: &[(IpFamily, &ServicePort)]| {
+        for (family, port) in ports {
+            service::render(model, port, *family, b);
         }
+    };
+    let mut b = new_builder(scaffold.clone());
+    if !parallel {
+        render_all(&mut b, &ports);
+    } else {
+        let (first, second) = ports.split_at(ports.len() / 2);
+        let other = std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                let mut other = new_builder(scaffold);
+                render_all(&mut other, second);
+                other
+            });
+            render_all(&mut b, first);
+            other.join().expect("the render thread does not panic")
+        });
+        b.absorb(other);
     }
     let mut counts = std::mem::take(&mut b.counts);
     for per_set in counts.shared.values_mut() {
@@ -221,12 +252,25 @@ impl Class {
     }
 }
 
+/// The names of a class's chain and of its endpoint map.
+#[derive(Clone, Debug)]
+pub(crate) struct ClassNames {
+    pub chain: Arc<str>,
+    pub map: Arc<str>,
+}
+
+impl ClassNames {
+    pub fn of(class: Class) -> ClassNames {
+        ClassNames { chain: Arc::from(class.name().as_str()), map: Arc::from(class.map().name().as_str()) }
+    }
+}
+
 /// Where a Service port's share of the table goes.
 pub(crate) trait Sink {
     /// An element of a set or map the scaffolding, a class or this port declares.
     fn element(&mut self, set: &str, key: Blob, elem: Elem);
-    /// The chain of `class` (and its map) must exist; returns the chain's name.
-    fn class(&mut self, class: Class) -> Arc<str>;
+    /// The chain of `class` (and its map) must exist; returns the names of both.
+    fn class(&mut self, class: Class) -> ClassNames;
     /// A chain of this port's own (its name is unique to the port).
     fn chain(&mut self, chain: Chain);
     /// A set of this port's own (affinity sets).
@@ -237,13 +281,14 @@ pub(crate) trait Sink {
 /// order and are appended to their packed chunks; the others are inserted.
 struct Builder {
     rs: Ruleset,
-    pending: std::collections::HashMap<String, ElementMap>,
+    pending: FastMap<String, ElementMap>,
     mark: u32,
     /// `--service-counters` is on: class chains count what they DNAT.
     counting: bool,
     counts: Counts,
     /// Whether to count references (only the incremental table needs them).
     count: bool,
+    class_names: FastMap<Class, ClassNames>,
 }
 
 impl Sink for Builder {
@@ -253,7 +298,11 @@ impl Sink for Builder {
                 Some(m) => m,
                 None => self.counts.shared.entry(set.to_string()).or_default(),
             };
-            *per_set.entry(key).or_default() += 1;
+            let count = per_set.entry(key).or_default();
+            *count += 1;
+            if *count > 1 {
+                return; // shared elements are all alike: it is in already
+            }
         }
         match self.pending.get_mut(set) {
             Some(m) => {
@@ -266,16 +315,22 @@ impl Sink for Builder {
         }
     }
 
-    fn class(&mut self, class: Class) -> Arc<str> {
+    fn class(&mut self, class: Class) -> ClassNames {
         *self.counts.classes.entry(class).or_default() += 1;
         *self.counts.maps.entry(class.map()).or_default() += 1;
+        if let Some(names) = self.class_names.get(&class) {
+            return names.clone();
+        }
         let name = class.name();
         if !self.rs.chains.contains_key(&name) {
             self.rs.chains.insert(name.clone(), class.chain_counting(self.mark, self.counting));
         }
         let map = class.map();
         self.rs.sets.entry(map.name()).or_insert_with(|| Set::new(map.decl()));
-        Arc::from(name.as_str())
+        // One copy of each name for every element that points at the chain.
+        let names = ClassNames { chain: Arc::from(name.as_str()), map: Arc::from(map.name().as_str()) };
+        self.class_names.insert(class, names.clone());
+        names
     }
 
     fn chain(&mut self, chain: Chain) {
@@ -288,6 +343,36 @@ impl Sink for Builder {
 }
 
 impl Builder {
+    /// Takes in what another builder rendered of ports after this one's.
+    fn absorb(&mut self, other: Builder) {
+        for (name, chain) in other.rs.chains {
+            self.rs.chains.entry(name).or_insert(chain);
+        }
+        for (name, set) in other.rs.sets {
+            self.rs.sets.entry(name).or_insert(set);
+        }
+        for (name, elements) in other.pending {
+            match self.pending.get_mut(&name) {
+                Some(mine) => mine.absorb(elements),
+                None => {
+                    self.pending.insert(name, elements);
+                }
+            }
+        }
+        for (set, counts) in other.counts.shared {
+            let mine = self.counts.shared.entry(set).or_default();
+            for (key, n) in counts {
+                *mine.entry(key).or_default() += n;
+            }
+        }
+        for (class, n) in other.counts.classes {
+            *self.counts.classes.entry(class).or_default() += n;
+        }
+        for (map, n) in other.counts.maps {
+            *self.counts.maps.entry(map).or_default() += n;
+        }
+    }
+
     fn finish(mut self) -> Ruleset {
         for (name, elements) in self.pending.drain() {
             // Of equal keys (shared elements such as hairpin entries, all alike) one is kept.
@@ -324,3 +409,6 @@ pub(crate) fn port_vmap(name: &str, family: IpFamily, comment: &str) -> SetDecl 
     )
     .with_comment(comment)
 }
+
+#[cfg(test)]
+mod tests;

@@ -54,26 +54,26 @@ pub const REJECT_CHAIN: &str = "reject-chain";
 pub const FIREWALL_CHECK: &str = "firewall-check";
 
 /// A per-family object name: the IPv4 object keeps upstream's name.
-pub fn family_name(base: &str, family: IpFamily) -> String {
+pub fn family_name(base: &str, family: IpFamily) -> std::borrow::Cow<'_, str> {
     match family {
-        IpFamily::V4 => base.to_string(),
-        IpFamily::V6 => format!("{base}-v6"),
+        IpFamily::V4 => std::borrow::Cow::Borrowed(base),
+        IpFamily::V6 => std::borrow::Cow::Owned(format!("{base}-v6")),
     }
 }
 
 /// The map of Service addresses with `n` endpoints, and the chain that DNATs through it.
 pub fn endpoints(n: usize, family: IpFamily) -> String {
-    family_name(&format!("endpoints-{n}"), family)
+    family_name(&format!("endpoints-{n}"), family).into_owned()
 }
 
 /// The map of NodePorts with `n` endpoints, and the chain that DNATs through it.
 pub fn nodeport_endpoints(n: usize, family: IpFamily) -> String {
-    family_name(&format!("nodeport-endpoints-{n}"), family)
+    family_name(&format!("nodeport-endpoints-{n}"), family).into_owned()
 }
 
 /// The chain that masquerades, then DNATs through the `n`-endpoint map.
 pub fn masq(map_base: &str, n: usize, family: IpFamily) -> String {
-    family_name(&format!("{map_base}-{n}-masq"), family)
+    family_name(&format!("{map_base}-{n}-masq"), family).into_owned()
 }
 
 /// A per-Service chain: `<prefix>-HASH-namespace/name/protocol/port` (upstream's naming).

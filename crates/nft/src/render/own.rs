@@ -29,8 +29,8 @@ pub(super) fn render(view: &PortView, sink: &mut impl Sink) {
     let f = view.family;
     let selection = view.selection;
     let external = view.is_external();
-    let cluster_chain = family_name(&service_chain("service", &port.name), f);
-    let local_chain = family_name(&service_chain("local", &port.name), f);
+    let cluster_chain = family_name(&service_chain("service", &port.name), f).into_owned();
+    let local_chain = family_name(&service_chain("local", &port.name), f).into_owned();
     let uses_cluster = !selection.cluster.is_empty() && (!port.internal_policy_local || external);
     let uses_local =
         !selection.local.is_empty() && (port.internal_policy_local || (port.external_policy_local && external));
@@ -75,7 +75,7 @@ pub(super) fn render(view: &PortView, sink: &mut impl Sink) {
         view.block_node_port(sink, v);
         return;
     }
-    let external_chain = family_name(&service_chain("external", &port.name), f);
+    let external_chain = family_name(&service_chain("external", &port.name), f).into_owned();
     let local = uses_local.then_some(local_chain.as_str());
     sink.chain(entry_chain(view, &external_chain, &cluster_chain, local));
     let to_external = Verdict::Goto(Arc::from(external_chain.as_str()));

@@ -72,7 +72,7 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     for ip in model.nodeport_ips() {
         let f = IpFamily::of(&ip);
         if families.contains(&f) {
-            let set = rs.sets.get_mut(&family_name(NODEPORT_IPS, f)).expect("declared above");
+            let set = rs.sets.get_mut(family_name(NODEPORT_IPS, f).as_ref()).expect("declared above");
             std::sync::Arc::make_mut(&mut set.elements).insert(encode_concat(&[Value::Addr(ip)]), Elem::plain());
         }
     }

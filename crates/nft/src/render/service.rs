@@ -238,9 +238,9 @@ fn render_shared(view: &PortView, sink: &mut impl Sink) {
         match view.no_endpoint_verdict(endpoints) {
             Some(v) => view.block_address(sink, addr, v),
             None => {
-                let chain = sink.class(class);
-                view.dispatch_address(sink, addr, Verdict::Goto(chain.clone()));
-                fill_slots(sink, &class.map().name(), &view.address_key(addr), endpoints, &view.comment);
+                let names = sink.class(class);
+                view.dispatch_address(sink, addr, Verdict::Goto(names.chain));
+                fill_slots(sink, &names.map, &view.address_key(addr), endpoints, &view.comment);
             }
         }
     }
@@ -249,9 +249,9 @@ fn render_shared(view: &PortView, sink: &mut impl Sink) {
             Some(v) => view.block_node_port(sink, v),
             None => {
                 let class = Class { kind: ClassKind::NodePort, family: f, n, masquerade: true };
-                let chain = sink.class(class);
-                view.dispatch_node_port(sink, Verdict::Goto(chain));
-                fill_slots(sink, &class.map().name(), &key, endpoints, &view.comment);
+                let names = sink.class(class);
+                view.dispatch_node_port(sink, Verdict::Goto(names.chain));
+                fill_slots(sink, &names.map, &key, endpoints, &view.comment);
             }
         }
     }
@@ -279,7 +279,7 @@ fn render_firewall(view: &PortView, sink: &mut impl Sink) {
     if lb_ips.is_empty() || ranges.is_empty() {
         return;
     }
-    let name = family_name(&service_chain("firewall", &view.port.name), f);
+    let name = family_name(&service_chain("firewall", &view.port.name), f).into_owned();
     let node_addresses = view.model.node.addresses.iter().chain(&view.model.node.primary_ips);
     let node_in_range = node_addresses.into_iter().any(|a| ranges.iter().any(|r| r.contains(a)));
     let allow = |item| Rule::new(vec![item, verdict(Verdict::Return)]);
