@@ -4,6 +4,7 @@
 
 use crate::build::{build_service, node_facts, select_endpoints};
 use crate::claims::{ClaimIndex, PortClaims};
+use crate::packed::{PackedService, PackedSlice};
 use crate::problem::Problem;
 use crate::slices::{Interner, StoredSlice, StoredSliceRef};
 use crate::source;
@@ -42,9 +43,10 @@ pub struct ModelCache {
     local_addresses: Vec<IpAddr>,
     model: ProxyModel,
     node_problems: Vec<Problem>,
-    services: BTreeMap<Key, source::Service>,
-    /// Compact copies (see [`StoredSlice`]).
-    slices: BTreeMap<Key, StoredSlice>,
+    /// Encoded (see [`PackedService`]).
+    services: BTreeMap<Key, PackedService>,
+    /// Packed (see [`PackedSlice`]).
+    slices: BTreeMap<Key, PackedSlice>,
     /// The names of each Service's slices, sorted (a one-element `BTreeSet` took 300 bytes).
     slices_of: BTreeMap<Key, Vec<Box<str>>>,
     node_names: Interner,
@@ -151,8 +153,9 @@ impl ModelCache {
     /// Adds or replaces a Service.
     pub fn upsert_service(&mut self, svc: source::Service) {
         let k = key(&svc.namespace, &svc.name);
-        if self.services.get(&k) != Some(&svc) {
-            self.services.insert(k.clone(), svc);
+        let packed = PackedService::new(&svc);
+        if self.services.get(&k) != Some(&packed) {
+            self.services.insert(k.clone(), packed);
             self.dirty.insert(k);
         }
     }
@@ -167,13 +170,13 @@ impl ModelCache {
 
     /// Adds or replaces an EndpointSlice.
     pub fn upsert_slice(&mut self, slice: source::EndpointSlice) {
-        let stored = StoredSlice::new(&slice, &mut self.node_names);
+        let stored = PackedSlice::new(&StoredSlice::new(&slice, &mut self.node_names), &self.node_names);
         let k = (slice.namespace, slice.name);
         if self.slices.get(&k) == Some(&stored) {
             return;
         }
         self.remove_slice(&k.0, &k.1);
-        let owner = key(&k.0, &stored.service_name);
+        let owner = key(&k.0, stored.service_name());
         let names = self.slices_of.entry(owner.clone()).or_default();
         if let Err(at) = names.binary_search_by(|n| (**n).cmp(k.1.as_str())) {
             names.insert(at, k.1.as_str().into());
@@ -185,7 +188,7 @@ impl ModelCache {
     /// Removes an EndpointSlice.
     pub fn remove_slice(&mut self, namespace: &str, name: &str) {
         if let Some(old) = self.slices.remove(&key(namespace, name)) {
-            let owner = key(namespace, &old.service_name);
+            let owner = key(namespace, old.service_name());
             if let Some(names) = self.slices_of.get_mut(&owner) {
                 names.retain(|n| **n != *name);
                 if names.is_empty() {
@@ -240,20 +243,22 @@ impl ModelCache {
                 self.claims.unregister(&old);
             }
             self.problems.remove(&k);
-            let Some(svc) = self.services.get(&k) else { continue };
-            let slices: Vec<StoredSliceRef<'_>> = self
+            let Some(svc) = self.services.get(&k).map(PackedService::record) else { continue };
+            let unpacked: Vec<(&str, StoredSlice)> = self
                 .slices_of
                 .get(&k)
                 .map(|names| {
-                    names.iter().filter_map(|n| self.slices.get(&key(&k.0, n)).map(|s| s.view(&k.0, n))).collect()
+                    let found = |n: &'_ Box<str>| self.slices.get(&key(&k.0, n)).map(|s| s.unpack(&self.node_names));
+                    names.iter().filter_map(|n| Some((&**n, found(n)?))).collect()
                 })
                 .unwrap_or_default();
+            let slices: Vec<StoredSliceRef<'_>> = unpacked.iter().map(|(n, s)| s.view(&k.0, n)).collect();
             let mut problems = Vec::new();
             let ports = build_service(
                 &self.model.node,
                 &families,
                 &self.model.config.service_counters,
-                svc,
+                &svc,
                 &slices,
                 &mut problems,
             );

@@ -13,6 +13,7 @@ mod cache;
 mod claims;
 mod endpoints;
 mod net;
+mod packed;
 mod problem;
 mod slices;
 pub mod source;

@@ -10,7 +10,7 @@
 //! written once.
 
 use crate::source;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -109,20 +109,33 @@ impl EndpointView for source::Endpoint {
 }
 
 /// Node names, shared by every endpoint that names them (a cluster has far fewer nodes than
-/// endpoints). Names are never forgotten: there are as many as the cluster had nodes.
+/// endpoints), and numbered for packed slices. Names are never forgotten: there are as many
+/// as the cluster had nodes.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
-    names: HashSet<Arc<str>>,
+    names: Vec<Arc<str>>,
+    ids: HashMap<Arc<str>, u32>,
 }
 
 impl Interner {
     fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(known) = self.names.get(name) {
+        if let Some((known, _)) = self.ids.get_key_value(name) {
             return known.clone();
         }
         let name: Arc<str> = Arc::from(name);
-        self.names.insert(name.clone());
+        self.ids.insert(name.clone(), self.names.len() as u32);
+        self.names.push(name.clone());
         name
+    }
+
+    /// The number of an interned name.
+    pub(crate) fn id(&self, name: &str) -> u32 {
+        self.ids[name]
+    }
+
+    /// The name of a number [`Interner::id`] gave.
+    pub(crate) fn name(&self, id: u32) -> Arc<str> {
+        self.names[id as usize].clone()
     }
 }
 
@@ -131,31 +144,31 @@ impl Interner {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct StoredSlice {
     pub service_name: Box<str>,
-    address_type: Box<str>,
-    ports: Box<[source::EndpointPort]>,
-    endpoints: Box<[StoredEndpoint]>,
-    trigger_time: Option<SystemTime>,
+    pub address_type: Box<str>,
+    pub ports: Box<[source::EndpointPort]>,
+    pub endpoints: Box<[StoredEndpoint]>,
+    pub trigger_time: Option<SystemTime>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct StoredEndpoint {
-    address: StoredAddress,
-    conditions: Conditions,
-    node_name: Option<Arc<str>>,
-    hints: Option<Box<Hints>>,
+    pub address: StoredAddress,
+    pub conditions: Conditions,
+    pub node_name: Option<Arc<str>>,
+    pub hints: Option<Box<Hints>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum StoredAddress {
+pub(crate) enum StoredAddress {
     Missing,
     Ip(IpAddr),
     Text(Box<str>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Hints {
-    zones: Option<Vec<String>>,
-    nodes: Option<Vec<String>>,
+pub(crate) struct Hints {
+    pub zones: Option<Vec<String>>,
+    pub nodes: Option<Vec<String>>,
 }
 
 impl StoredAddress {
