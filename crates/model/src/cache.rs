@@ -248,7 +248,7 @@ impl ModelCache {
                 .slices_of
                 .get(&k)
                 .map(|names| {
-                    let found = |n: &'_ Box<str>| self.slices.get(&key(&k.0, n)).map(|s| s.unpack(&self.node_names));
+                    let found = |n: &str| self.slices.get(&key(&k.0, n)).map(|s| s.unpack(&self.node_names));
                     names.iter().filter_map(|n| Some((&**n, found(n)?))).collect()
                 })
                 .unwrap_or_default();
