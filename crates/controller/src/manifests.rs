@@ -5,9 +5,9 @@
 //! documents, and a document may be a `List`. Objects of other kinds are ignored. A document
 //! that does not parse is reported with its file and position, and the rest is still read.
 
+use crate::decode::{WatchedService, WatchedSlice};
 use crate::translate;
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use verdict_model::{ObjectKind, ObjectRef, Problem, source};
@@ -139,12 +139,13 @@ pub(crate) fn add_object<D: Document>(out: &mut Manifests, origin: &str, doc: us
     let name = value.field(&["metadata", "name"]).unwrap_or("<unnamed>").to_string();
     let bad = |e: String| manifest_problem(origin, Some(doc), format!("{kind} {name:?} does not parse: {e}"));
     match kind.as_str() {
-        "Service" => match value.decode::<Service>() {
-            Ok(svc) => out.services.push(translate::service(&svc)),
+        // Straight into source records, as the watchers decode them (`crate::decode`).
+        "Service" => match value.decode::<WatchedService>() {
+            Ok(svc) => out.services.push(svc.record),
             Err(e) => out.problems.push(bad(e)),
         },
-        "EndpointSlice" => match value.decode::<EndpointSlice>() {
-            Ok(slice) => out.slices.push(translate::endpoint_slice(&slice)),
+        "EndpointSlice" => match value.decode::<WatchedSlice>() {
+            Ok(slice) => out.slices.push(slice.record),
             Err(e) => out.problems.push(bad(e)),
         },
         "Node" => match value.decode::<Node>() {
