@@ -1,5 +1,10 @@
 //! Kubernetes API objects (k8s-openapi types) to the model's source records. Purely
 //! mechanical: every judgement about the values happens in `verdict_model::build_model`.
+//!
+//! The watchers and the manifests reader decode Services and EndpointSlices straight from
+//! JSON or YAML instead (`crate::decode`, which skips what verdict does not read); these two
+//! functions are what that decoding is held to (`tests/fuzz_decode.rs`), and serve callers
+//! that hold k8s-openapi objects already. Nodes and ServiceCIDRs are always translated here.
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
