@@ -2,6 +2,7 @@
 
 use crate::claims::{ClaimIndex, PortClaims};
 use crate::endpoints::{SelectionInput, select};
+use crate::names::{ServiceNames, Spellings};
 use crate::net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::slices::{Address, EndpointView, SliceView};
@@ -63,6 +64,7 @@ pub fn build_model(
     let mut claims = ClaimIndex::default();
     let mut raw = Vec::new();
     let mut previous: Option<(&str, &str)> = None;
+    let mut spellings = Spellings::default();
     for svc in sorted {
         let key = (svc.namespace.as_str(), svc.name.as_str());
         if previous.replace(key) == Some(key) {
@@ -73,9 +75,10 @@ pub fn build_model(
         }
         let svc_slices =
             slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
-        for port in
-            build_service(&model.node, &families, &model.config.service_counters, svc, svc_slices, &mut problems)
-        {
+        let (namespace, name) = (spellings.get(&svc.namespace), Arc::from(svc.name.as_str()));
+        let names = ServiceNames { namespace: &namespace, name: &name, ports: &mut spellings };
+        let counters = &model.config.service_counters;
+        for port in build_service(&model.node, &families, counters, svc, names, svc_slices, &mut problems) {
             claims.register(&PortClaims::of(&port));
             raw.push(port);
         }
@@ -198,6 +201,7 @@ pub(crate) fn build_service<S: SliceView>(
     families: &[IpFamily],
     counters: &ServiceCounters,
     svc: &source::Service,
+    names: ServiceNames<'_>,
     slices: &[S],
     problems: &mut Vec<Problem>,
 ) -> Vec<ServicePort> {
@@ -328,7 +332,12 @@ pub(crate) fn build_service<S: SliceView>(
             r.report("DuplicatePort", format!("port {:?}/{protocol} is listed twice", spec.name));
             continue;
         }
-        let name = ServicePortName::new(&svc.namespace, &svc.name, &spec.name, protocol);
+        let name = ServicePortName {
+            namespace: names.namespace.clone(),
+            name: names.name.clone(),
+            port: names.ports.get(&spec.name),
+            protocol,
+        };
         let endpoints = collect_endpoints(node, families, &name, slices, r.problems);
         let mut port = ServicePort {
             name,

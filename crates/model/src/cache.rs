@@ -4,6 +4,7 @@
 
 use crate::build::{build_service, node_facts, select_endpoints};
 use crate::claims::{ClaimIndex, PortClaims};
+use crate::names::{ServiceNames, Spellings};
 use crate::packed::{PackedService, PackedSlice};
 use crate::problem::Problem;
 use crate::slices::{Interner, StoredSlice, StoredSliceRef};
@@ -13,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-type Key = (String, String);
+/// (namespace, name), spelled once: see [`crate::names`].
+type Key = (Arc<str>, Arc<str>);
 
 /// One Service port that changed: what it was and what it is (`None`: absent).
 #[derive(Clone, Debug, PartialEq)]
@@ -47,9 +49,11 @@ pub struct ModelCache {
     services: BTreeMap<Key, PackedService>,
     /// Packed (see [`PackedSlice`]).
     slices: BTreeMap<Key, PackedSlice>,
-    /// The names of each Service's slices, sorted (a one-element `BTreeSet` took 300 bytes).
-    slices_of: BTreeMap<Key, Vec<Box<str>>>,
+    /// The names of each Service's slices, sorted (a one-element `BTreeSet` took 300 bytes),
+    /// shared with the keys of `slices`.
+    slices_of: BTreeMap<Key, Vec<Arc<str>>>,
     node_names: Interner,
+    spellings: Spellings,
     /// Each built port's claims as built, before conflicts took any away: what ownership is
     /// settled from. The endpoints are not kept here (the full port lives once, in the model):
     /// a second copy of every port's endpoints and their selection cost 7% of the agent's
@@ -63,8 +67,9 @@ pub struct ModelCache {
     service_cidr_objects: BTreeMap<String, Vec<crate::Cidr>>,
 }
 
+/// A key to look up with.
 fn key(ns: &str, name: &str) -> Key {
-    (ns.to_string(), name.to_string())
+    (Arc::from(ns), Arc::from(name))
 }
 
 impl ModelCache {
@@ -80,6 +85,7 @@ impl ModelCache {
             slices: BTreeMap::new(),
             slices_of: BTreeMap::new(),
             node_names: Interner::default(),
+            spellings: Spellings::default(),
             raw: BTreeMap::new(),
             problems: BTreeMap::new(),
             claim_problems: BTreeMap::new(),
@@ -109,12 +115,12 @@ impl ModelCache {
 
     /// The Services held, as (namespace, name): what a relist compares its objects with.
     pub fn service_names(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.services.keys().map(|(ns, name)| (ns.as_str(), name.as_str()))
+        self.services.keys().map(|(ns, name)| (&**ns, &**name))
     }
 
     /// The EndpointSlices held, as (namespace, name).
     pub fn slice_names(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.slices.keys().map(|(ns, name)| (ns.as_str(), name.as_str()))
+        self.slices.keys().map(|(ns, name)| (&**ns, &**name))
     }
 
     /// The ServiceCIDR objects held.
@@ -152,8 +158,8 @@ impl ModelCache {
 
     /// Adds or replaces a Service.
     pub fn upsert_service(&mut self, svc: source::Service) {
-        let k = key(&svc.namespace, &svc.name);
         let packed = PackedService::new(&svc);
+        let k = self.shared_key(&svc.namespace, &svc.name);
         if self.services.get(&k) != Some(&packed) {
             self.services.insert(k.clone(), packed);
             self.dirty.insert(k);
@@ -171,15 +177,15 @@ impl ModelCache {
     /// Adds or replaces an EndpointSlice.
     pub fn upsert_slice(&mut self, slice: source::EndpointSlice) {
         let stored = PackedSlice::new(&StoredSlice::new(&slice, &mut self.node_names), &self.node_names);
-        let k = (slice.namespace, slice.name);
+        let k: Key = (self.spellings.get(&slice.namespace), Arc::from(slice.name));
         if self.slices.get(&k) == Some(&stored) {
             return;
         }
         self.remove_slice(&k.0, &k.1);
-        let owner = key(&k.0, stored.service_name());
+        let owner = self.shared_key(&k.0, stored.service_name());
         let names = self.slices_of.entry(owner.clone()).or_default();
-        if let Err(at) = names.binary_search_by(|n| (**n).cmp(k.1.as_str())) {
-            names.insert(at, k.1.as_str().into());
+        if let Err(at) = names.binary_search_by(|n| (**n).cmp(&*k.1)) {
+            names.insert(at, k.1.clone());
         }
         self.dirty.insert(owner);
         self.slices.insert(k, stored);
@@ -197,6 +203,18 @@ impl ModelCache {
             }
             self.dirty.insert(owner);
         }
+    }
+
+    /// The key of a Service, sharing the spelling of any key it already has.
+    fn shared_key(&mut self, namespace: &str, name: &str) -> Key {
+        let probe: Key = (self.spellings.get(namespace), Arc::from(name));
+        if let Some((k, _)) = self.services.get_key_value(&probe) {
+            return k.clone();
+        }
+        if let Some((k, _)) = self.slices_of.get_key_value(&probe) {
+            return k.clone();
+        }
+        probe
     }
 
     /// Whether anything changed since the last rebuild.
@@ -248,20 +266,16 @@ impl ModelCache {
                 .slices_of
                 .get(&k)
                 .map(|names| {
-                    let found = |n: &str| self.slices.get(&key(&k.0, n)).map(|s| s.unpack(&self.node_names));
+                    let found =
+                        |n: &Arc<str>| self.slices.get(&(k.0.clone(), n.clone())).map(|s| s.unpack(&self.node_names));
                     names.iter().filter_map(|n| Some((&**n, found(n)?))).collect()
                 })
                 .unwrap_or_default();
             let slices: Vec<StoredSliceRef<'_>> = unpacked.iter().map(|(n, s)| s.view(&k.0, n)).collect();
             let mut problems = Vec::new();
-            let ports = build_service(
-                &self.model.node,
-                &families,
-                &self.model.config.service_counters,
-                &svc,
-                &slices,
-                &mut problems,
-            );
+            let names = ServiceNames { namespace: &k.0, name: &k.1, ports: &mut self.spellings };
+            let counters = &self.model.config.service_counters;
+            let ports = build_service(&self.model.node, &families, counters, &svc, names, &slices, &mut problems);
             let claims: Vec<PortClaims> = ports.iter().map(PortClaims::of).collect();
             for c in &claims {
                 self.claims.register(c);
@@ -293,7 +307,7 @@ impl ModelCache {
         for name in affected {
             let raw = self
                 .raw
-                .get(&key(&name.namespace, &name.name))
+                .get(&(name.namespace.clone(), name.name.clone()))
                 .and_then(|ports| ports.iter().find(|p| p.name == name))
                 .and_then(|claims| Some(claims.restore(self.model.services.get(&name)?)));
             let new = match raw {

@@ -12,6 +12,7 @@ mod build;
 mod cache;
 mod claims;
 mod endpoints;
+mod names;
 mod net;
 mod packed;
 mod problem;
