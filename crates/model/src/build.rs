@@ -380,11 +380,7 @@ pub(crate) fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
         externally_accessible: port.externally_accessible(),
     };
     for family in IpFamily::ALL {
-        let of_family: Vec<&Endpoint> =
-            port.endpoints.iter().filter(|ep| IpFamily::of(&ep.target.addr) == family).collect();
-        let mut selection = select(&of_family, &input);
-        selection.cluster.shrink_to_fit();
-        selection.local.shrink_to_fit();
+        let selection = select(&port.endpoints, family, &input);
         match family {
             IpFamily::V4 => port.v4 = selection,
             IpFamily::V6 => port.v6 = selection,

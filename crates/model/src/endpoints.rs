@@ -1,7 +1,8 @@
 //! Which endpoints each kind of traffic may reach: upstream kube-proxy's `CategorizeEndpoints`
 //! semantics (readiness, the serving-and-terminating fallback, topology hints, Local policies).
 
-use crate::types::{Endpoint, EndpointSelection, EndpointTarget};
+use crate::net::IpFamily;
+use crate::types::{Endpoint, EndpointSelection, Picks};
 
 /// What the selection needs to know about the Service port and the node.
 pub(crate) struct SelectionInput<'a> {
@@ -18,8 +19,20 @@ enum Topology {
     SameZone,
 }
 
-/// Chooses the endpoints of one family (`endpoints` must all be of that family).
-pub(crate) fn select(endpoints: &[&Endpoint], input: &SelectionInput<'_>) -> EndpointSelection {
+/// Chooses the endpoints of `family` among a port's endpoints (sorted, one per target): the
+/// selection holds their indexes in `all`.
+pub(crate) fn select(all: &[Endpoint], family: IpFamily, input: &SelectionInput<'_>) -> EndpointSelection {
+    let endpoints: Vec<(usize, &Endpoint)> =
+        all.iter().enumerate().filter(|(_, ep)| IpFamily::of(&ep.target.addr) == family).collect();
+    let picks = |keep: &dyn Fn(&Endpoint) -> bool| {
+        let mut picks = Picks::for_endpoints(all.len());
+        for (i, ep) in &endpoints {
+            if keep(ep) {
+                picks.insert(*i);
+            }
+        }
+        picks
+    };
     // Cluster endpoints are needed whenever internal traffic uses them, and for any externally
     // reachable port (even with externalTrafficPolicy Local, pods and the node short-circuit to
     // the cluster-wide set).
@@ -28,36 +41,29 @@ pub(crate) fn select(endpoints: &[&Endpoint], input: &SelectionInput<'_>) -> End
 
     let mut selection = EndpointSelection::default();
     if uses_cluster {
-        let topology = topology_from_hints(endpoints, input);
-        selection.cluster = targets(endpoints, |ep| ep.ready && available(ep, &topology, input));
+        let topology = topology_from_hints(&endpoints, input);
+        selection.cluster = picks(&|ep| ep.ready && available(ep, &topology, input));
         if selection.cluster.is_empty() {
             // No ready endpoint anywhere (topology was already ignored if it left none), so fall
             // back to endpoints that still serve while terminating.
-            selection.cluster = targets(endpoints, |ep| ep.serving && ep.terminating);
+            selection.cluster = picks(&|ep| ep.serving && ep.terminating);
         }
         selection.has_any = !selection.cluster.is_empty();
     }
     if uses_local {
-        selection.has_any |= endpoints.iter().any(|ep| ep.ready || (ep.serving && ep.terminating));
-        selection.local = targets(endpoints, |ep| ep.is_local && ep.ready);
+        selection.has_any |= endpoints.iter().any(|(_, ep)| ep.ready || (ep.serving && ep.terminating));
+        selection.local = picks(&|ep| ep.is_local && ep.ready);
         if selection.local.is_empty() {
-            selection.local = targets(endpoints, |ep| ep.is_local && ep.serving && ep.terminating);
+            selection.local = picks(&|ep| ep.is_local && ep.serving && ep.terminating);
         }
     }
     selection
 }
 
-fn targets(endpoints: &[&Endpoint], keep: impl Fn(&Endpoint) -> bool) -> Vec<EndpointTarget> {
-    let mut out: Vec<EndpointTarget> = endpoints.iter().filter(|ep| keep(ep)).map(|ep| ep.target).collect();
-    out.sort();
-    out.dedup();
-    out
-}
-
 /// Hints apply only when every ready endpoint carries them and at least one is meant for this
 /// node (node hints, `trafficDistribution: PreferSameNode`) or its zone (zone hints).
-fn topology_from_hints(endpoints: &[&Endpoint], input: &SelectionInput<'_>) -> Topology {
-    let ready: Vec<&Endpoint> = endpoints.iter().copied().filter(|ep| ep.ready).collect();
+fn topology_from_hints(endpoints: &[(usize, &Endpoint)], input: &SelectionInput<'_>) -> Topology {
+    let ready: Vec<&Endpoint> = endpoints.iter().map(|(_, ep)| *ep).filter(|ep| ep.ready).collect();
     if ready.is_empty() {
         return Topology::All;
     }
@@ -86,7 +92,7 @@ fn available(ep: &Endpoint, topology: &Topology, input: &SelectionInput<'_>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::TopologyHints;
+    use crate::types::{EndpointTarget, TopologyHints};
     use std::net::IpAddr;
 
     fn ep(addr: &str, ready: bool, serving: bool, terminating: bool, local: bool) -> Endpoint {
@@ -100,8 +106,17 @@ mod tests {
         }
     }
 
-    fn addrs(targets: &[EndpointTarget]) -> Vec<String> {
-        targets.iter().map(|t| t.addr.to_string()).collect()
+    /// The addresses chosen for IPv4 traffic.
+    struct Chosen {
+        cluster: Vec<String>,
+        local: Vec<String>,
+        has_any: bool,
+    }
+
+    fn run(eps: &[Endpoint], input: &SelectionInput<'_>) -> Chosen {
+        let s = select(eps, IpFamily::V4, input);
+        let addrs = |picks: &Picks| picks.iter().map(|i| eps[i].target.addr.to_string()).collect();
+        Chosen { cluster: addrs(&s.cluster), local: addrs(&s.local), has_any: s.has_any }
     }
 
     fn input(itp_local: bool, etp_local: bool, external: bool) -> SelectionInput<'static> {
@@ -124,8 +139,8 @@ mod tests {
             ep("10.0.1.4", false, false, true, true),
             ep("10.0.1.5", true, true, false, false),
         ];
-        let s = select(&eps.iter().collect::<Vec<_>>(), &input(false, false, false));
-        assert_eq!(addrs(&s.cluster), ["10.0.1.1", "10.0.1.2", "10.0.1.5"]);
+        let s = run(&eps, &input(false, false, false));
+        assert_eq!(s.cluster, ["10.0.1.1", "10.0.1.2", "10.0.1.5"]);
         assert!(s.local.is_empty());
         assert!(s.has_any);
     }
@@ -140,8 +155,8 @@ mod tests {
             ep("10.0.1.4", false, false, true, true),
             ep("10.0.1.5", false, true, true, false),
         ];
-        let s = select(&eps.iter().collect::<Vec<_>>(), &input(false, false, false));
-        assert_eq!(addrs(&s.cluster), ["10.0.1.2", "10.0.1.3", "10.0.1.5"]);
+        let s = run(&eps, &input(false, false, false));
+        assert_eq!(s.cluster, ["10.0.1.2", "10.0.1.3", "10.0.1.5"]);
     }
 
     #[test]
@@ -152,24 +167,35 @@ mod tests {
             ep("10.0.1.2", false, true, true, true),
             ep("10.0.1.5", true, true, false, false),
         ];
-        let s = select(&eps.iter().collect::<Vec<_>>(), &input(false, true, true));
-        assert_eq!(addrs(&s.local), ["10.0.1.1", "10.0.1.2"]);
-        assert_eq!(addrs(&s.cluster), ["10.0.1.5"]);
+        let s = run(&eps, &input(false, true, true));
+        assert_eq!(s.local, ["10.0.1.1", "10.0.1.2"]);
+        assert_eq!(s.cluster, ["10.0.1.5"]);
+    }
+
+    #[test]
+    fn large_ports_pick_beyond_64_endpoints() {
+        let eps: Vec<Endpoint> = (0..150)
+            .map(|i| ep(&format!("10.0.{}.{}", i / 100, i % 100 + 1), i % 2 == 1, true, false, i >= 140))
+            .collect();
+        let s = run(&eps, &input(false, true, true));
+        assert_eq!(s.cluster.len(), 75);
+        assert_eq!(s.cluster.last().map(String::as_str), Some("10.0.1.50"));
+        assert_eq!(s.local, ["10.0.1.42", "10.0.1.44", "10.0.1.46", "10.0.1.48", "10.0.1.50"]);
     }
 
     #[test]
     fn nothing_usable_means_no_endpoints() {
         let eps = [ep("10.0.1.4", false, false, true, true)];
-        let s = select(&eps.iter().collect::<Vec<_>>(), &input(false, true, true));
+        let s = run(&eps, &input(false, true, true));
         assert!(s.cluster.is_empty() && s.local.is_empty() && !s.has_any);
     }
 
     #[test]
     fn internal_local_without_external_access_skips_cluster_set() {
         let eps = [ep("10.0.1.1", true, true, false, true), ep("10.0.2.1", true, true, false, false)];
-        let s = select(&eps.iter().collect::<Vec<_>>(), &input(true, false, false));
+        let s = run(&eps, &input(true, false, false));
         assert!(s.cluster.is_empty());
-        assert_eq!(addrs(&s.local), ["10.0.1.1"]);
+        assert_eq!(s.local, ["10.0.1.1"]);
         assert!(s.has_any);
     }
 
@@ -179,17 +205,17 @@ mod tests {
         let mut b = ep("10.0.1.2", true, true, false, false);
         a.hints = TopologyHints::boxed(vec!["zone-a".into()], vec![]);
         b.hints = TopologyHints::boxed(vec!["zone-b".into()], vec![]);
-        let s = select(&[&a, &b], &input(false, false, false));
-        assert_eq!(addrs(&s.cluster), ["10.0.1.1"]);
+        let s = run(&[a.clone(), b.clone()], &input(false, false, false));
+        assert_eq!(s.cluster, ["10.0.1.1"]);
 
         // One ready endpoint without hints turns filtering off.
         let c = ep("10.0.1.3", true, true, false, false);
-        let s = select(&[&a, &b, &c], &input(false, false, false));
+        let s = run(&[a.clone(), b.clone(), c], &input(false, false, false));
         assert_eq!(s.cluster.len(), 3);
 
         // Hints for other zones only: fall back to all.
         a.hints = TopologyHints::boxed(vec!["zone-c".into()], vec![]);
-        let s = select(&[&a, &b], &input(false, false, false));
+        let s = run(&[a.clone(), b.clone()], &input(false, false, false));
         assert_eq!(s.cluster.len(), 2);
     }
 
@@ -199,7 +225,7 @@ mod tests {
         let mut b = ep("10.0.1.2", true, true, false, false);
         a.hints = TopologyHints::boxed(vec!["zone-a".into()], vec!["test-node".into()]);
         b.hints = TopologyHints::boxed(vec!["zone-a".into()], vec!["other-node".into()]);
-        let s = select(&[&a, &b], &input(false, false, false));
-        assert_eq!(addrs(&s.cluster), ["10.0.1.1"]);
+        let s = run(&[a.clone(), b.clone()], &input(false, false, false));
+        assert_eq!(s.cluster, ["10.0.1.1"]);
     }
 }

@@ -27,6 +27,6 @@ pub use cache::{ModelCache, PortChange, Rebuilt};
 pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use types::{
-    DetectLocal, Endpoint, EndpointSelection, EndpointTarget, NodeFacts, NodePortAddresses, PodMatch, ProxyConfig,
-    ProxyModel, ServiceCounters, ServicePort, ServicePortName, TopologyHints,
+    DetectLocal, Endpoint, EndpointSelection, EndpointTarget, NodeFacts, NodePortAddresses, Picks, PodMatch,
+    ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName, Targets, TopologyHints,
 };

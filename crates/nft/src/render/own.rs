@@ -27,7 +27,7 @@ pub const AFFINITY_CAPACITY: u32 = 65535;
 pub(super) fn render(view: &PortView, sink: &mut impl Sink) {
     let port = view.port;
     let f = view.family;
-    let selection = view.selection;
+    let selection = &view.selection;
     let external = view.is_external();
     let cluster_chain = family_name(&service_chain("service", &port.name), f).into_owned();
     let local_chain = family_name(&service_chain("local", &port.name), f).into_owned();

@@ -17,7 +17,7 @@ use crate::rule::{Op, Rule, Selector, Value, encode_concat};
 use crate::ruleset::{Chain, Elem, Verdict};
 use std::net::IpAddr;
 use std::sync::Arc;
-use verdict_model::{Cidr, EndpointSelection, EndpointTarget, IpFamily, ProxyModel, ServicePort};
+use verdict_model::{Cidr, EndpointTarget, IpFamily, ProxyModel, ServicePort, Targets};
 
 /// Sets whose elements several Service ports may add (a ClusterIP shared by a Service's
 /// ports, a pod backing several Services): the incremental table counts their references.
@@ -31,7 +31,8 @@ pub(crate) struct PortView<'a> {
     pub port: &'a ServicePort,
     pub family: IpFamily,
     pub cluster_ip: IpAddr,
-    pub selection: &'a EndpointSelection,
+    /// The endpoints its traffic may reach.
+    pub selection: Targets,
     /// `namespace/name:port`, the comment of every element the port adds.
     pub comment: Arc<str>,
 }
@@ -44,7 +45,7 @@ impl<'a> PortView<'a> {
             port,
             family: f,
             cluster_ip: port.cluster_ip(f)?,
-            selection: port.selection(f),
+            selection: port.targets(f),
             comment: Arc::from(port.name.to_string()),
         })
     }
