@@ -34,6 +34,27 @@ pub fn return_freed_memory() {
     }
 }
 
+/// Returns the memory freed so far to the kernel now, instead of over the next second: the
+/// sync loop calls it before it needs much memory again (see
+/// `SyncLoop::with_memory_release`). Setting an arena's decay time purges what it holds
+/// under the new time; zero purges everything, and the configured time is then restored.
+pub fn release_freed_memory() {
+    #[cfg(feature = "jemalloc")]
+    {
+        use tikv_jemalloc_ctl::{Access, AsName};
+        let decay = b"arena.0.dirty_decay_ms\0".name();
+        let restored = decay.read().and_then(|ms: isize| decay.write(0isize).map(|()| ms));
+        match restored {
+            Ok(ms) => {
+                if let Err(e) = decay.write(ms) {
+                    tracing::debug!("jemalloc decay time not restored: {e}");
+                }
+            }
+            Err(e) => tracing::debug!("freed memory not returned: {e}"),
+        }
+    }
+}
+
 /// (allocated, resident) bytes now; `None` without jemalloc.
 #[cfg(feature = "jemalloc")]
 pub fn read() -> Option<(usize, usize)> {

@@ -4,7 +4,7 @@
 use crate::event::{Event, Kind, Object};
 use crate::manifests;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use std::time::{Duration, SystemTime};
 
 /// What identifies the directory's content without reading it: names, sizes, times.
@@ -26,7 +26,7 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 
 /// Sends one complete read of `dir` as a relist of every kind. Returns false when the
 /// receiver is gone.
-pub fn send_snapshot(dir: &Path, node_name: &str, tx: &Sender<Event>) -> Result<bool, manifests::ManifestError> {
+pub fn send_snapshot(dir: &Path, node_name: &str, tx: &SyncSender<Event>) -> Result<bool, manifests::ManifestError> {
     let m = manifests::load(dir)?;
     let mut events: Vec<Event> = Kind::ALL.iter().map(|k| Event::InitStart(*k)).collect();
     events.push(Event::SourceProblems(m.problems.clone()));
@@ -51,7 +51,7 @@ pub fn watch_dir(
     dir: &Path,
     node_name: &str,
     every: Duration,
-    tx: &Sender<Event>,
+    tx: &SyncSender<Event>,
 ) -> Result<(), manifests::ManifestError> {
     let mut last = fingerprint(dir);
     if !send_snapshot(dir, node_name, tx)? {

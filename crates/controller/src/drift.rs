@@ -9,14 +9,14 @@
 //! ```
 
 use crate::event::Event;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use verdict_nft::netlink::NetlinkError;
 use verdict_nft::netlink::monitor::{MonitorGate, TableMonitor, TableNotice};
 
 /// Starts watching `inet <table>` (in the calling thread's network namespace) on a thread of
 /// its own, which sends [`Event::TableChanged`] for each foreign change. Hand the gate to
 /// [`crate::sync::SyncLoop::with_monitor`], so verdict's own commits are not reported.
-pub fn watch_table(table: &str, tx: Sender<Event>) -> Result<MonitorGate, NetlinkError> {
+pub fn watch_table(table: &str, tx: SyncSender<Event>) -> Result<MonitorGate, NetlinkError> {
     let (mut monitor, gate) = TableMonitor::open(table)?;
     let spawned = std::thread::Builder::new().name("monitor".into()).spawn(move || {
         loop {

@@ -2,6 +2,16 @@
 
 use verdict_model::{Problem, source};
 
+/// How many events wait for the sync loop at most; a watcher with more to send waits for it
+/// (see `watch`). A few thousand objects: a few MiB.
+pub const QUEUE: usize = 4096;
+
+/// The sync loop's event queue: what [`crate::sync::SyncLoop::run`] reads, and what the
+/// watchers, the table monitor and the manifests directory send to.
+pub fn queue() -> (std::sync::mpsc::SyncSender<Event>, std::sync::mpsc::Receiver<Event>) {
+    std::sync::mpsc::sync_channel(QUEUE)
+}
+
 /// The kinds of object verdict watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {

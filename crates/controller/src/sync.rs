@@ -133,6 +133,11 @@ type Key = (String, String);
 /// Events taken between two model builds ahead of the first sync.
 const AHEAD_BATCH: usize = 4096;
 
+/// A transaction of this many objects or more is encoded after memory freed since the last
+/// sync is returned to the kernel (see [`SyncLoop::with_memory_release`]): at 100k Services
+/// its batch alone is 85 MB.
+const RELEASE_BEFORE_OBJECTS: usize = 100_000;
+
 /// Work that follows every successful sync and must see the model as programmed
 /// (health-check listeners, stale conntrack entries).
 pub trait AfterSync: Send {
@@ -189,6 +194,7 @@ pub struct SyncLoop {
     reports: Option<Sender<SyncReport>>,
     notices: Option<Box<dyn Fn(ProblemNotice) + Send>>,
     after: Vec<Box<dyn AfterSync>>,
+    release: Option<Box<dyn Fn() + Send>>,
 }
 
 fn unix_now() -> f64 {
@@ -234,6 +240,21 @@ impl SyncLoop {
             reports: None,
             notices: None,
             after: Vec::new(),
+            release: None,
+        }
+    }
+
+    /// Calls `release` where the loop has just freed much memory and is about to need much
+    /// again (a first list done, a large batch to encode): the allocator's way of returning
+    /// freed pages to the kernel at once, so that they do not add to the next peak.
+    pub fn with_memory_release(mut self, release: impl Fn() + Send + 'static) -> SyncLoop {
+        self.release = Some(Box::new(release));
+        self
+    }
+
+    fn release_memory(&self) {
+        if let Some(release) = &self.release {
+            release();
         }
     }
 
@@ -474,6 +495,8 @@ impl SyncLoop {
                 if self.listed.insert(kind) {
                     let since_start = self.started.elapsed().unwrap_or_default();
                     tracing::info!(?kind, ms = Phases::ms(since_start), "listed");
+                    // A first list leaves what its pages were decoded into freed but resident.
+                    self.release_memory();
                 }
             }
             Event::SourceProblems(p) => {
@@ -559,9 +582,15 @@ impl SyncLoop {
                 }
                 let mark = Instant::now();
                 let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
+                // The table as read (at a restart, all of it) is not needed once compared: it
+                // goes before the batch is encoded, not after.
+                drop(current);
                 let deferred = self.stale_chains.split(&mut plan.transaction);
                 report.objects += plan.transaction.object_count();
                 phases.plan = mark.elapsed();
+                if plan.transaction.object_count() >= RELEASE_BEFORE_OBJECTS {
+                    self.release_memory();
+                }
                 let mark = Instant::now();
                 let stats = self.commit(&plan.transaction).map_err(|e| self.learn(e))?;
                 phases.commit = mark.elapsed();

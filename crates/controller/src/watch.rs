@@ -14,28 +14,47 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::time::Duration;
 
 /// Services handed to another proxy, and headless Services, are filtered out at the watch
 /// (upstream kube-proxy's selector).
 pub const SERVICE_SELECTOR: &str = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
 
-fn forward<K, F>(kind: Kind, tx: &Sender<Event>, ev: watcher::Event<K>, translate: F) -> bool
+async fn forward<K, F>(kind: Kind, tx: &SyncSender<Event>, ev: watcher::Event<K>, translate: F) -> bool
 where
     K: kube::Resource,
     F: Fn(K) -> Object,
 {
-    let sent = match ev {
-        watcher::Event::Init => tx.send(Event::InitStart(kind)),
-        watcher::Event::InitApply(o) | watcher::Event::Apply(o) => tx.send(Event::Apply(translate(o))),
-        watcher::Event::Delete(o) => tx.send(Event::Delete {
+    let event = match ev {
+        watcher::Event::Init => Event::InitStart(kind),
+        watcher::Event::InitApply(o) | watcher::Event::Apply(o) => Event::Apply(translate(o)),
+        watcher::Event::Delete(o) => Event::Delete {
             kind,
             namespace: o.meta().namespace.clone().unwrap_or_default(),
             name: o.meta().name.clone().unwrap_or_default(),
-        }),
-        watcher::Event::InitDone => tx.send(Event::InitDone(kind)),
+        },
+        watcher::Event::InitDone => Event::InitDone(kind),
     };
-    sent.is_ok()
+    send(tx, event).await
+}
+
+/// Queues an event for the sync loop; `false` once the loop is gone. While its queue is full
+/// (the loop is busy with a sync, or behind a list), the watcher waits and reads no further:
+/// what it has not read stays on the wire, not decoded in memory. Unbounded, the queue held
+/// 200 MiB of decoded objects during the lists of 100k Services. The wait yields the
+/// runtime's thread to the other watchers and the metrics and health endpoints.
+async fn send(tx: &SyncSender<Event>, mut event: Event) -> bool {
+    loop {
+        match tx.try_send(event) {
+            Ok(()) => return true,
+            Err(TrySendError::Full(back)) => {
+                event = back;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(TrySendError::Disconnected(_)) => return false,
+        }
+    }
 }
 
 /// Whether `e` says the API server does not offer streaming lists (before Kubernetes 1.27, or
@@ -52,7 +71,7 @@ fn streaming_refused(e: &watcher::Error) -> bool {
 /// How many objects one page of a paged list holds, where streaming lists are not offered.
 const PAGE_SIZE: u32 = 500;
 
-async fn run<K, F>(api: Api<K>, config: watcher::Config, kind: Kind, tx: Sender<Event>, translate: F)
+async fn run<K, F>(api: Api<K>, config: watcher::Config, kind: Kind, tx: SyncSender<Event>, translate: F)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(K) -> Object,
@@ -64,7 +83,7 @@ where
     while let Some(item) = stream.next().await {
         match item {
             Ok(ev) => {
-                if !forward(kind, &tx, ev, &translate) {
+                if !forward(kind, &tx, ev, &translate).await {
                     return; // the sync loop is gone
                 }
             }
@@ -79,7 +98,7 @@ where
 }
 
 /// Watches everything the node needs until the sync loop goes away.
-pub async fn watch(client: Client, node_name: &str, tx: Sender<Event>) {
+pub async fn watch(client: Client, node_name: &str, tx: SyncSender<Event>) {
     // Services and slices are decoded straight into source records (see `crate::decode`).
     let services = run(
         Api::<WatchedService>::all(client.clone()),
@@ -108,7 +127,7 @@ pub async fn watch(client: Client, node_name: &str, tx: Sender<Event>) {
 
 /// ServiceCIDRs are optional: an API server that does not serve them (before Kubernetes 1.33,
 /// or with the API off) leaves `--service-cluster-ip-range` as the only source.
-async fn watch_service_cidrs(client: Client, tx: Sender<Event>) {
+async fn watch_service_cidrs(client: Client, tx: SyncSender<Event>) {
     let api = Api::<ServiceCIDR>::all(client);
     match api.list(&kube::api::ListParams::default().limit(1)).await {
         Err(kube::Error::Api(e)) if e.code == 404 => {

@@ -82,7 +82,7 @@ impl ApiLab {
     /// Starts the controller for node `node` (the same code `verdict run` runs), with a fast
     /// sync period.
     pub fn controller(&self, node: &str, min_sync_period: Duration) -> Result<Controller> {
-        let (tx, rx) = channel();
+        let (tx, rx) = verdict_controller::event::queue();
         let (report_tx, reports) = channel();
         let server = self.server.clone();
         let client = self.rt.block_on(self.rt.spawn(async move { server.client() }))?;

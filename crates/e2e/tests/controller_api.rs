@@ -170,3 +170,37 @@ fn without_streaming_lists_the_watchers_fall_back_to_paged_lists() {
     next_partial(&c);
     assert!(lab.table().contains("172.30.0.77 . tcp . 80"), "{}", lab.table());
 }
+
+#[test]
+fn watchers_wait_for_a_sync_loop_that_falls_behind_and_lose_nothing() {
+    use verdict_controller::event::{Event, Kind, Object, QUEUE};
+    require_kernel!();
+    let lab = ApiLab::new("cqueue").unwrap();
+    let n = 2 * QUEUE + 100;
+    lab.server.apply(node("n1", "192.168.0.2"));
+    for i in 0..n {
+        let ip = format!("172.30.{}.{}", i / 250, i % 250 + 1);
+        lab.server.apply(service("ns1", &format!("svc-{i}"), &ip, 80));
+        lab.server.apply(slice("ns1", &format!("svc-{i}"), &ips(&["10.0.1.1"]), None));
+    }
+    let (tx, rx) = verdict_controller::event::queue();
+    let server = lab.server.clone();
+    let client = lab.rt.block_on(lab.rt.spawn(async move { server.client() })).unwrap();
+    let watch = lab.rt.spawn(async move { verdict_controller::watch::watch(client, "n1", tx).await });
+    // Nothing is read for a while: the watchers fill the queue and must wait, not drop.
+    std::thread::sleep(Duration::from_secs(1));
+    let (mut services, mut slices) = (0, 0);
+    let mut done = std::collections::HashSet::new();
+    while !(done.contains(&Kind::Service) && done.contains(&Kind::EndpointSlice)) {
+        match rx.recv_timeout(SYNC).expect("the watchers stalled") {
+            Event::Apply(Object::Service(_)) => services += 1,
+            Event::Apply(Object::EndpointSlice(_)) => slices += 1,
+            Event::InitDone(kind) => {
+                done.insert(kind);
+            }
+            _ => {}
+        }
+    }
+    watch.abort();
+    assert_eq!((services, slices), (n, n), "every listed object arrives once");
+}

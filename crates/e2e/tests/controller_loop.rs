@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, SyncSender, channel};
 use std::time::Duration;
 use verdict_controller::event::{Event, Kind, Object};
 use verdict_controller::health::ProxyHealth;
@@ -16,7 +16,7 @@ use verdict_nft::observe::observe;
 use verdict_nft::{RenderOptions, render};
 
 struct Running {
-    tx: Sender<Event>,
+    tx: SyncSender<Event>,
     reports: Receiver<SyncReport>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -53,7 +53,7 @@ fn start_with(ns: &Netns, defer_chain_deletion: bool) -> Running {
 /// Starts a sync loop, optionally watching its table for other programs' changes. (A watched
 /// loop never ends: the monitor thread keeps its channel open. Do not `stop` it.)
 fn start_loop(ns: &Netns, defer_chain_deletion: bool, watched: bool) -> Running {
-    let (tx, rx) = channel();
+    let (tx, rx) = verdict_controller::event::queue();
     let monitor_tx = watched.then(|| tx.clone());
     let (rtx, reports) = channel();
     let path = format!("/run/netns/{}", ns.name());

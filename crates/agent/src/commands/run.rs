@@ -54,7 +54,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         super::cleanup::log_leftovers(&verdict_controller::leftovers::remove_leftovers());
     }
     let nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = verdict_controller::event::queue();
     let (notice_tx, notice_rx) = tokio::sync::mpsc::unbounded_channel::<ProblemNotice>();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let defer_chain_deletion = kernel_needs_deferred_chain_deletion(kernel.trim());
@@ -88,7 +88,8 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         sync_loop = sync_loop
             .with_after_sync(service_health)
             .with_after_sync(ConntrackCleaner::new())
-            .with_after_sync(crate::memory::MemoryStats);
+            .with_after_sync(crate::memory::MemoryStats)
+            .with_memory_release(crate::memory::release_freed_memory);
         if cfg.rules.proxy.service_counters.enabled() {
             sync_loop = sync_loop.with_after_sync(CountedKeysPublisher(counted_keys));
         }
