@@ -495,8 +495,6 @@ impl SyncLoop {
                 if self.listed.insert(kind) {
                     let since_start = self.started.elapsed().unwrap_or_default();
                     tracing::info!(?kind, ms = Phases::ms(since_start), "listed");
-                    // A first list leaves what its pages were decoded into freed but resident.
-                    self.release_memory();
                 }
             }
             Event::SourceProblems(p) => {

@@ -45,20 +45,12 @@ pub struct ModelCache {
     local_addresses: Vec<IpAddr>,
     model: ProxyModel,
     node_problems: Vec<Problem>,
-    /// Encoded (see [`PackedService`]).
-    services: BTreeMap<Key, PackedService>,
+    /// Per Service name: see [`Entry`].
+    entries: BTreeMap<Key, Entry>,
     /// Packed (see [`PackedSlice`]).
     slices: BTreeMap<Key, PackedSlice>,
-    /// The names of each Service's slices, sorted (a one-element `BTreeSet` took 300 bytes),
-    /// shared with the keys of `slices`.
-    slices_of: BTreeMap<Key, Vec<Arc<str>>>,
     node_names: Interner,
     spellings: Spellings,
-    /// Each built port's claims as built, before conflicts took any away: what ownership is
-    /// settled from. The endpoints are not kept here (the full port lives once, in the model):
-    /// a second copy of every port's endpoints and their selection cost 7% of the agent's
-    /// settled memory at 10k Services x 10 endpoints.
-    raw: BTreeMap<Key, Vec<PortClaims>>,
     problems: BTreeMap<Key, Vec<Problem>>,
     claim_problems: BTreeMap<ServicePortName, Vec<Problem>>,
     claims: ClaimIndex,
@@ -68,6 +60,28 @@ pub struct ModelCache {
 }
 
 /// A key to look up with.
+/// What the cache holds under one Service's name. One entry rather than a map for each part:
+/// at 100k Services the entries of three maps cost 300 bytes per Service.
+#[derive(Debug, Default)]
+struct Entry {
+    /// The Service, encoded (see [`PackedService`]); `None` while only its slices are known.
+    service: Option<PackedService>,
+    /// The names of its slices, sorted (a one-element `BTreeSet` took 300 bytes), shared
+    /// with the keys of `slices`.
+    slices: Vec<Arc<str>>,
+    /// Each built port's claims as built, before conflicts took any away: what ownership is
+    /// settled from. The endpoints are not kept here (the full port lives once, in the
+    /// model): a second copy of every port's endpoints and their selection cost 7% of the
+    /// agent's settled memory at 10k Services x 10 endpoints.
+    claims: Vec<PortClaims>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.service.is_none() && self.slices.is_empty() && self.claims.is_empty()
+    }
+}
+
 fn key(ns: &str, name: &str) -> Key {
     (Arc::from(ns), Arc::from(name))
 }
@@ -81,12 +95,10 @@ impl ModelCache {
             local_addresses: Vec::new(),
             model: ProxyModel { config, ..ProxyModel::default() },
             node_problems: Vec::new(),
-            services: BTreeMap::new(),
+            entries: BTreeMap::new(),
             slices: BTreeMap::new(),
-            slices_of: BTreeMap::new(),
             node_names: Interner::default(),
             spellings: Spellings::default(),
-            raw: BTreeMap::new(),
             problems: BTreeMap::new(),
             claim_problems: BTreeMap::new(),
             claims: ClaimIndex::default(),
@@ -115,7 +127,7 @@ impl ModelCache {
 
     /// The Services held, as (namespace, name): what a relist compares its objects with.
     pub fn service_names(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.services.keys().map(|(ns, name)| (&**ns, &**name))
+        self.entries.iter().filter(|(_, e)| e.service.is_some()).map(|((ns, name), _)| (&**ns, &**name))
     }
 
     /// The EndpointSlices held, as (namespace, name).
@@ -160,8 +172,9 @@ impl ModelCache {
     pub fn upsert_service(&mut self, svc: source::Service) {
         let packed = PackedService::new(&svc);
         let k = self.shared_key(&svc.namespace, &svc.name);
-        if self.services.get(&k) != Some(&packed) {
-            self.services.insert(k.clone(), packed);
+        let entry = self.entries.entry(k.clone()).or_default();
+        if entry.service.as_ref() != Some(&packed) {
+            entry.service = Some(packed);
             self.dirty.insert(k);
         }
     }
@@ -169,7 +182,8 @@ impl ModelCache {
     /// Removes a Service.
     pub fn remove_service(&mut self, namespace: &str, name: &str) {
         let k = key(namespace, name);
-        if self.services.remove(&k).is_some() {
+        // The entry goes at the next rebuild, once its claims are released.
+        if self.entries.get_mut(&k).and_then(|e| e.service.take()).is_some() {
             self.dirty.insert(k);
         }
     }
@@ -183,7 +197,7 @@ impl ModelCache {
         }
         self.remove_slice(&k.0, &k.1);
         let owner = self.shared_key(&k.0, stored.service_name());
-        let names = self.slices_of.entry(owner.clone()).or_default();
+        let names = &mut self.entries.entry(owner.clone()).or_default().slices;
         if let Err(at) = names.binary_search_by(|n| (**n).cmp(&*k.1)) {
             names.insert(at, k.1.clone());
         }
@@ -195,11 +209,8 @@ impl ModelCache {
     pub fn remove_slice(&mut self, namespace: &str, name: &str) {
         if let Some(old) = self.slices.remove(&key(namespace, name)) {
             let owner = key(namespace, old.service_name());
-            if let Some(names) = self.slices_of.get_mut(&owner) {
-                names.retain(|n| **n != *name);
-                if names.is_empty() {
-                    self.slices_of.remove(&owner);
-                }
+            if let Some(entry) = self.entries.get_mut(&owner) {
+                entry.slices.retain(|n| **n != *name);
             }
             self.dirty.insert(owner);
         }
@@ -208,13 +219,10 @@ impl ModelCache {
     /// The key of a Service, sharing the spelling of any key it already has.
     fn shared_key(&mut self, namespace: &str, name: &str) -> Key {
         let probe: Key = (self.spellings.get(namespace), Arc::from(name));
-        if let Some((k, _)) = self.services.get_key_value(&probe) {
-            return k.clone();
+        match self.entries.get_key_value(&probe) {
+            Some((k, _)) => k.clone(),
+            None => probe,
         }
-        if let Some((k, _)) = self.slices_of.get_key_value(&probe) {
-            return k.clone();
-        }
-        probe
     }
 
     /// Whether anything changed since the last rebuild.
@@ -246,8 +254,7 @@ impl ModelCache {
             if facts != self.model.node {
                 self.model.node = facts;
                 out.facts_changed = true;
-                self.dirty.extend(self.services.keys().cloned());
-                self.dirty.extend(self.raw.keys().cloned());
+                self.dirty.extend(self.entries.keys().cloned());
             }
         }
         let families = self.model.families();
@@ -255,22 +262,22 @@ impl ModelCache {
         let mut affected: BTreeSet<ServicePortName> = BTreeSet::new();
         let mut fresh: Vec<ServicePort> = Vec::new();
         for k in std::mem::take(&mut self.dirty) {
-            for old in self.raw.remove(&k).unwrap_or_default() {
+            self.problems.remove(&k);
+            let Some(entry) = self.entries.get_mut(&k) else { continue };
+            for old in std::mem::take(&mut entry.claims) {
                 self.claims.rivals_into(&old, &mut affected);
                 affected.insert(old.name.clone());
                 self.claims.unregister(&old);
             }
-            self.problems.remove(&k);
-            let Some(svc) = self.services.get(&k).map(PackedService::record) else { continue };
-            let unpacked: Vec<(&str, StoredSlice)> = self
-                .slices_of
-                .get(&k)
-                .map(|names| {
-                    let found =
-                        |n: &Arc<str>| self.slices.get(&(k.0.clone(), n.clone())).map(|s| s.unpack(&self.node_names));
-                    names.iter().filter_map(|n| Some((&**n, found(n)?))).collect()
-                })
-                .unwrap_or_default();
+            let Some(svc) = entry.service.as_ref().map(PackedService::record) else {
+                if entry.is_empty() {
+                    self.entries.remove(&k);
+                }
+                continue;
+            };
+            let found = |n: &Arc<str>| self.slices.get(&(k.0.clone(), n.clone())).map(|s| s.unpack(&self.node_names));
+            let unpacked: Vec<(&str, StoredSlice)> =
+                entry.slices.iter().filter_map(|n| Some((&**n, found(n)?))).collect();
             let slices: Vec<StoredSliceRef<'_>> = unpacked.iter().map(|(n, s)| s.view(&k.0, n)).collect();
             let mut problems = Vec::new();
             let names = ServiceNames { namespace: &k.0, name: &k.1, ports: &mut self.spellings };
@@ -283,7 +290,7 @@ impl ModelCache {
             if !problems.is_empty() {
                 self.problems.insert(k.clone(), problems);
             }
-            self.raw.insert(k, claims);
+            entry.claims = claims;
             fresh.extend(ports);
         }
         // Every claim of this rebuild is registered: ownership can be settled.
@@ -306,9 +313,9 @@ impl ModelCache {
         // away may give some back); and ports that are gone.
         for name in affected {
             let raw = self
-                .raw
+                .entries
                 .get(&(name.namespace.clone(), name.name.clone()))
-                .and_then(|ports| ports.iter().find(|p| p.name == name))
+                .and_then(|entry| entry.claims.iter().find(|p| p.name == name))
                 .and_then(|claims| Some(claims.restore(self.model.services.get(&name)?)));
             let new = match raw {
                 Some(raw) => {
@@ -360,5 +367,47 @@ impl ModelCache {
         all.sort();
         all.dedup();
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_kept_for_a_name_whose_objects_are_gone() {
+        let mut cache = ModelCache::new(ProxyConfig::default(), "node1");
+        let svc = source::Service {
+            namespace: "ns".into(),
+            name: "web".into(),
+            cluster_ips: vec!["10.96.0.1".into()],
+            ports: vec![source::ServicePortSpec { port: 80, protocol: "TCP".into(), ..Default::default() }],
+            ..Default::default()
+        };
+        let slice = source::EndpointSlice {
+            namespace: "ns".into(),
+            name: "web-1".into(),
+            service_name: "web".into(),
+            address_type: "IPv4".into(),
+            ..Default::default()
+        };
+        // Slice first, then the Service: one entry, one spelling of the name.
+        cache.upsert_slice(slice);
+        cache.upsert_service(svc);
+        cache.rebuild();
+        assert_eq!(cache.model().services.len(), 1);
+        assert_eq!(cache.entries.len(), 1);
+        let (key, entry) = cache.entries.iter().next().unwrap();
+        assert_eq!((entry.slices.len(), entry.claims.len()), (1, 1));
+        let port = cache.model().services.values().next().unwrap();
+        assert!(Arc::ptr_eq(&key.1, &port.name.name), "the model's port shares the entry's name");
+
+        cache.remove_service("ns", "web");
+        cache.rebuild();
+        assert!(cache.model().services.is_empty());
+        assert_eq!(cache.entries.len(), 1, "the slice still names the Service");
+        cache.remove_slice("ns", "web-1");
+        cache.rebuild();
+        assert!(cache.entries.is_empty() && cache.slices.is_empty());
     }
 }
