@@ -244,9 +244,10 @@ impl SyncLoop {
         }
     }
 
-    /// Calls `release` where the loop has just freed much memory and is about to need much
-    /// again (a first list done, a large batch to encode): the allocator's way of returning
-    /// freed pages to the kernel at once, so that they do not add to the next peak.
+    /// Calls `release` before a transaction of [`RELEASE_BEFORE_OBJECTS`] objects or more is
+    /// encoded, where the loop has just freed much memory and is about to need much again:
+    /// the allocator's way of returning freed pages to the kernel at once, so that they do not
+    /// add to the batch's peak.
     pub fn with_memory_release(mut self, release: impl Fn() + Send + 'static) -> SyncLoop {
         self.release = Some(Box::new(release));
         self

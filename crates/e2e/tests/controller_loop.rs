@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, channel};
 use std::time::Duration;
 use verdict_controller::event::{Event, Kind, Object};
@@ -18,6 +19,8 @@ use verdict_nft::{RenderOptions, render};
 struct Running {
     tx: SyncSender<Event>,
     reports: Receiver<SyncReport>,
+    /// How often the loop asked for freed memory to be returned.
+    releases: Arc<AtomicUsize>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -57,6 +60,8 @@ fn start_loop(ns: &Netns, defer_chain_deletion: bool, watched: bool) -> Running 
     let monitor_tx = watched.then(|| tx.clone());
     let (rtx, reports) = channel();
     let path = format!("/run/netns/{}", ns.name());
+    let releases = Arc::new(AtomicUsize::new(0));
+    let counted = releases.clone();
     let thread = std::thread::spawn(move || {
         let f = std::fs::File::open(&path).unwrap();
         nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
@@ -67,14 +72,17 @@ fn start_loop(ns: &Netns, defer_chain_deletion: bool, watched: bool) -> Running 
             ..SyncConfig::default()
         };
         let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
-        let mut l =
-            SyncLoop::new(ModelCache::new(config(), "bench"), Netlink::open().unwrap(), cfg, health).with_reports(rtx);
+        let mut l = SyncLoop::new(ModelCache::new(config(), "bench"), Netlink::open().unwrap(), cfg, health)
+            .with_reports(rtx)
+            .with_memory_release(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            });
         if let Some(monitor_tx) = monitor_tx {
             l = l.with_monitor(verdict_controller::drift::watch_table("kube-proxy", monitor_tx).unwrap());
         }
         l.run(rx).unwrap();
     });
-    Running { tx, reports, thread: Some(thread) }
+    Running { tx, reports, releases, thread: Some(thread) }
 }
 
 fn node() -> Node {
@@ -123,6 +131,25 @@ fn nothing_is_programmed_before_every_kind_is_listed() {
     let first = r.next();
     assert!(first.error.is_none() && first.full);
     kernel_matches(&ns, &services, &slices);
+    r.stop();
+}
+
+#[test]
+fn freed_memory_is_returned_before_a_large_batch_and_only_then() {
+    require_kernel!();
+    let ns = Netns::new("release").unwrap();
+    let (services, mut slices) = synth::cluster(10_000, 10, 150_000);
+    let r = start(&ns);
+    list(&r, &services, &slices, true);
+    let first = r.next();
+    assert!(first.full && first.error.is_none() && first.objects >= 100_000, "{first:?}");
+    assert_eq!(r.releases.load(Ordering::SeqCst), 1, "once, before the first batch");
+    slices[7] = synth::slice(7, 10, 150_000, 3);
+    r.tx.send(Event::Apply(Object::EndpointSlice(slices[7].clone()))).unwrap();
+    // Periodic full syncs may come first: they write nothing.
+    let change = std::iter::from_fn(|| Some(r.next())).find(|s| s.objects > 0).unwrap();
+    assert!(!change.full && change.error.is_none() && change.objects < 100, "{change:?}");
+    assert_eq!(r.releases.load(Ordering::SeqCst), 1, "small syncs return nothing");
     r.stop();
 }
 
