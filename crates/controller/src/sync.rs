@@ -49,6 +49,9 @@ pub struct SyncConfig {
     /// Where the table's state is saved at [`Event::Shutdown`] and adopted from at the next
     /// start (`None`: every start reads the whole table from the kernel).
     pub state_dir: Option<std::path::PathBuf>,
+    /// A transaction of this many objects or more is encoded after freed memory is returned
+    /// to the kernel (see [`SyncLoop::with_memory_release`]).
+    pub release_before_objects: usize,
 }
 
 impl Default for SyncConfig {
@@ -61,6 +64,7 @@ impl Default for SyncConfig {
             once: false,
             defer_chain_deletion: false,
             state_dir: None,
+            release_before_objects: RELEASE_BEFORE_OBJECTS,
         }
     }
 }
@@ -133,10 +137,9 @@ type Key = (String, String);
 /// Events taken between two model builds ahead of the first sync.
 const AHEAD_BATCH: usize = 4096;
 
-/// A transaction of this many objects or more is encoded after memory freed since the last
-/// sync is returned to the kernel (see [`SyncLoop::with_memory_release`]): at 100k Services
-/// its batch alone is 85 MB.
-const RELEASE_BEFORE_OBJECTS: usize = 100_000;
+/// The default [`SyncConfig::release_before_objects`]: a batch of 100k objects is about 6 MB;
+/// at 100k Services the first one is 85 MB.
+pub const RELEASE_BEFORE_OBJECTS: usize = 100_000;
 
 /// Work that follows every successful sync and must see the model as programmed
 /// (health-check listeners, stale conntrack entries).
@@ -244,7 +247,7 @@ impl SyncLoop {
         }
     }
 
-    /// Calls `release` before a transaction of [`RELEASE_BEFORE_OBJECTS`] objects or more is
+    /// Calls `release` before a transaction of [`SyncConfig::release_before_objects`] or more is
     /// encoded, where the loop has just freed much memory and is about to need much again:
     /// the allocator's way of returning freed pages to the kernel at once, so that they do not
     /// add to the batch's peak.
@@ -587,7 +590,7 @@ impl SyncLoop {
                 let deferred = self.stale_chains.split(&mut plan.transaction);
                 report.objects += plan.transaction.object_count();
                 phases.plan = mark.elapsed();
-                if plan.transaction.object_count() >= RELEASE_BEFORE_OBJECTS {
+                if plan.transaction.object_count() >= self.cfg.release_before_objects {
                     self.release_memory();
                 }
                 let mark = Instant::now();

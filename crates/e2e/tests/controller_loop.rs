@@ -56,6 +56,12 @@ fn start_with(ns: &Netns, defer_chain_deletion: bool) -> Running {
 /// Starts a sync loop, optionally watching its table for other programs' changes. (A watched
 /// loop never ends: the monitor thread keeps its channel open. Do not `stop` it.)
 fn start_loop(ns: &Netns, defer_chain_deletion: bool, watched: bool) -> Running {
+    start_configured(ns, defer_chain_deletion, watched, SyncConfig::default().release_before_objects)
+}
+
+/// Starts a sync loop that asks for freed memory to be returned before a transaction of
+/// `release_before` objects or more.
+fn start_configured(ns: &Netns, defer_chain_deletion: bool, watched: bool, release_before: usize) -> Running {
     let (tx, rx) = verdict_controller::event::queue();
     let monitor_tx = watched.then(|| tx.clone());
     let (rtx, reports) = channel();
@@ -69,6 +75,7 @@ fn start_loop(ns: &Netns, defer_chain_deletion: bool, watched: bool) -> Running 
             min_sync_period: Duration::from_millis(50),
             sync_period: Duration::from_millis(400),
             defer_chain_deletion,
+            release_before_objects: release_before,
             ..SyncConfig::default()
         };
         let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
@@ -138,13 +145,13 @@ fn nothing_is_programmed_before_every_kind_is_listed() {
 fn freed_memory_is_returned_before_a_large_batch_and_only_then() {
     require_kernel!();
     let ns = Netns::new("release").unwrap();
-    let (services, mut slices) = synth::cluster(10_000, 10, 150_000);
-    let r = start(&ns);
+    let (services, mut slices) = synth::cluster(300, 4, 10_000);
+    let r = start_configured(&ns, false, false, 1_000);
     list(&r, &services, &slices, true);
     let first = r.next();
-    assert!(first.full && first.error.is_none() && first.objects >= 100_000, "{first:?}");
+    assert!(first.full && first.error.is_none() && first.objects >= 1_000, "{first:?}");
     assert_eq!(r.releases.load(Ordering::SeqCst), 1, "once, before the first batch");
-    slices[7] = synth::slice(7, 10, 150_000, 3);
+    slices[7] = synth::slice(7, 4, 10_000, 3);
     r.tx.send(Event::Apply(Object::EndpointSlice(slices[7].clone()))).unwrap();
     // Periodic full syncs may come first: they write nothing.
     let change = std::iter::from_fn(|| Some(r.next())).find(|s| s.objects > 0).unwrap();
