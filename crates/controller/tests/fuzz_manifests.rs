@@ -176,21 +176,20 @@ proptest! {
     }
 }
 
-/// The directory JSON cases are written to (the JSON reader is reached through
-/// `manifests::load`, the only public way to it), as problems name it.
+/// What the directories JSON cases are written to start with (the JSON reader is reached
+/// through `manifests::load`, the only public way to it), as problems name them.
 fn json_dir() -> PathBuf {
     std::env::temp_dir().join(format!("verdict-fuzz-json-{}", std::process::id()))
 }
 
 /// Loads `text` as a JSON file in a directory of this thread's, removed again afterwards.
 fn load_json(text: &str) -> Manifests {
-    let dir = json_dir().join(format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), ""));
+    let thread = format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), "");
+    let dir = PathBuf::from(format!("{}-{thread}", json_dir().display()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("fuzz.json"), text).unwrap();
     let loaded = manifests::load(&dir);
     let _ = std::fs::remove_dir_all(&dir);
-    // The last thread out removes the process's directory (others' are still in it).
-    let _ = std::fs::remove_dir(json_dir());
     loaded.unwrap()
 }
 
