@@ -588,9 +588,10 @@ impl SyncLoop {
                 // goes before the batch is encoded, not after.
                 drop(current);
                 let deferred = self.stale_chains.split(&mut plan.transaction);
-                report.objects += plan.transaction.object_count();
+                let objects = plan.transaction.object_count();
+                report.objects += objects;
                 phases.plan = mark.elapsed();
-                if plan.transaction.object_count() >= self.cfg.release_before_objects {
+                if objects >= self.cfg.release_before_objects {
                     self.release_memory();
                 }
                 let mark = Instant::now();
