@@ -34,9 +34,9 @@ impl Default for ConntrackCleaner {
 
 /// The reconciler's view of a UDP Service port.
 pub fn udp_target(port: &ServicePort) -> UdpTarget {
-    let mut addresses: Vec<IpAddr> = port.cluster_ips.clone();
-    addresses.extend(&port.external_ips);
-    addresses.extend(&port.load_balancer_ips);
+    let mut addresses: Vec<IpAddr> = port.cluster_ips.to_vec();
+    addresses.extend(port.external_ips());
+    addresses.extend(port.load_balancer_ips());
     let mut serving: Vec<IpAddr> = port.endpoints.iter().filter(|e| e.serving).map(|e| e.target.addr).collect();
     serving.sort();
     serving.dedup();

@@ -17,11 +17,10 @@ use proptest::collection::vec;
 use proptest::option::of;
 use proptest::prelude::*;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use verdict_controller::translate;
 use verdict_model::{
-    BuildOutput, Cidr, ObjectKind, Protocol, ProxyConfig, SERVICE_PROXY_NAME_LABEL, ServicePortName, build_model,
-    parse_ip_tolerant, source,
+    BuildOutput, Cidr, ObjectKind, Protocol, ProxyConfig, SERVICE_PROXY_NAME_LABEL, ServicePortName, ServicePorts,
+    build_model, parse_ip_tolerant, source,
 };
 use verdict_nft::{RenderOptions, Ruleset, diff, render, text};
 
@@ -233,8 +232,8 @@ proptest! {
         let all_slices: Vec<EndpointSlice> = good_slices.iter().chain(&bad_slices).cloned().collect();
         let full = Input::new(&all_services, &all_slices, Some(&node), &[]).build();
 
-        let good_ports: BTreeMap<_, _> =
-            full.model.services.iter().filter(|(n, _)| is_good(&n.namespace)).map(|(n, p)| (n.clone(), p.clone())).collect();
+        let good_ports: ServicePorts =
+            full.model.services.values().filter(|p| is_good(&p.name.namespace)).cloned().collect();
         prop_assert_eq!(&good_ports, &alone.model.services);
         let good_problems: Vec<_> = full.problems.iter().filter(|p| is_good(&p.object.namespace)).cloned().collect();
         prop_assert_eq!(&good_problems, &alone.problems);
@@ -245,7 +244,7 @@ proptest! {
         let rs_full = render_diff_print(&full);
         let rs_alone = render_diff_print(&alone);
         let mut trimmed = full.model.clone();
-        trimmed.services.retain(|n, _| is_good(&n.namespace));
+        trimmed.services.retain(|p| is_good(&p.name.namespace));
         prop_assert_eq!(render(&trimmed, &RenderOptions::default()), rs_alone.clone());
         for (name, chain) in rs_alone.chains.iter().filter(|(n, _)| n.contains("-good-") && !n.contains("zz-bad-")) {
             prop_assert_eq!(rs_full.chains.get(name), Some(chain), "chain {}", name);
@@ -355,7 +354,7 @@ mod found {
         let out = build(&[service("ns", "b", "10.96.0.1"), service("ns", "b", "10.96.0.2")], &[]);
         assert!(out.problems.iter().any(|p| p.reason == "DuplicateObject"), "{:?}", out.problems);
         let port = out.model.services.values().next().unwrap();
-        assert_eq!(port.cluster_ips, ["10.96.0.1".parse::<std::net::IpAddr>().unwrap()]);
+        assert_eq!(*port.cluster_ips, ["10.96.0.1".parse::<std::net::IpAddr>().unwrap()]);
     }
 
     #[test]

@@ -171,9 +171,8 @@ fn a_counted_table_lists_exactly_and_reads_back_equal() {
     require_kernel!();
     let mut model = fixtures::all_features();
     model.config.service_counters = verdict_model::ServiceCounters::All;
-    for port in model.services.values_mut() {
-        std::sync::Arc::make_mut(port).counted = true;
-    }
+    model.services =
+        model.services.values().map(|p| verdict_model::ServicePort { counted: true, ..(**p).clone() }).collect();
     let rs = render(&model, &RenderOptions::default());
     assert!(rs.sets.get("rejected-ips").is_some_and(|s| s.decl.counter && !s.elements.is_empty()));
     lists_exactly(&rs);

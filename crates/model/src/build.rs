@@ -8,8 +8,8 @@ use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::slices::{Address, EndpointView, SliceView};
 use crate::source;
 use crate::types::{
-    Endpoint, EndpointTarget, NodeFacts, ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName,
-    TopologyHints,
+    Endpoint, EndpointHints, EndpointTarget, NodeFacts, OutsideAccess, ProxyConfig, ProxyModel, ServiceCounters,
+    ServicePort, ServicePortName, TopologyHints,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -48,7 +48,7 @@ pub fn build_model(
     let mut problems = Vec::new();
     let node = node_facts(node_name, node, local_addresses, &mut problems);
     let service_cidrs = config.service_cidrs.clone();
-    let mut model = ProxyModel { node, config, services: BTreeMap::new(), service_cidrs };
+    let mut model = ProxyModel { node, config, services: Default::default(), service_cidrs };
     let families = model.families();
 
     let mut slices_by_service: BTreeMap<(&str, &str), Vec<&source::EndpointSlice>> = BTreeMap::new();
@@ -90,7 +90,7 @@ pub fn build_model(
             select_endpoints(&model.node, &mut settled);
             problems.append(&mut lost);
         }
-        model.services.insert(settled.name.clone(), Arc::new(settled));
+        model.services.insert(Arc::new(settled));
     }
     problems.sort();
     problems.dedup();
@@ -338,20 +338,24 @@ pub(crate) fn build_service<S: SliceView>(
             port: names.ports.get(&spec.name),
             protocol,
         };
-        let endpoints = collect_endpoints(node, families, &name, slices, r.problems);
-        let mut port = ServicePort {
-            name,
-            port,
-            cluster_ips: cluster_ips.clone(),
-            node_port,
+        let (endpoints, hints) = collect_endpoints(node, families, &name, slices, r.problems);
+        let outside = OutsideAccess {
             external_ips: external_ips.clone(),
             load_balancer_ips: load_balancer_ips.clone(),
             source_ranges: source_ranges.clone(),
+        };
+        let mut port = ServicePort {
+            name,
+            port,
+            cluster_ips: cluster_ips.as_slice().into(),
+            node_port,
+            outside: outside.boxed(),
             external_policy_local,
             internal_policy_local,
             affinity_timeout,
             health_check_node_port,
-            endpoints,
+            endpoints: endpoints.into(),
+            hints,
             v4: Default::default(),
             v6: Default::default(),
             counted: counters.counts(&svc.labels),
@@ -380,7 +384,7 @@ pub(crate) fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
         externally_accessible: port.externally_accessible(),
     };
     for family in IpFamily::ALL {
-        let selection = select(&port.endpoints, family, &input);
+        let selection = select(&port.endpoints, port.hints.as_deref(), family, &input);
         match family {
             IpFamily::V4 => port.v4 = selection,
             IpFamily::V6 => port.v6 = selection,
@@ -388,15 +392,15 @@ pub(crate) fn select_endpoints(node: &NodeFacts, port: &mut ServicePort) {
     }
 }
 
-/// The endpoints of one Service port from its EndpointSlices.
+/// The endpoints of one Service port from its EndpointSlices, and their topology hints.
 fn collect_endpoints<S: SliceView>(
     node: &NodeFacts,
     families: &[IpFamily],
     name: &ServicePortName,
     slices: &[S],
     problems: &mut Vec<Problem>,
-) -> Vec<Endpoint> {
-    let mut endpoints: Vec<Endpoint> = Vec::new();
+) -> (Vec<Endpoint>, Option<Box<EndpointHints>>) {
+    let mut endpoints: Vec<(Endpoint, TopologyHints)> = Vec::new();
     for slice in slices {
         let mut r = Reporter {
             kind: ObjectKind::EndpointSlice,
@@ -459,23 +463,24 @@ fn collect_endpoints<S: SliceView>(
                 };
                 let conditions = ep.conditions();
                 let ready = conditions.ready.unwrap_or(true);
-                endpoints.push(Endpoint {
+                let endpoint = Endpoint {
                     target: EndpointTarget { addr, port },
                     ready,
                     serving: conditions.serving.unwrap_or(ready),
                     terminating: conditions.terminating.unwrap_or(false),
                     is_local: ep.node_name() == Some(node.name.as_str()),
-                    hints: TopologyHints::boxed(
-                        ep.zone_hints().map(<[String]>::to_vec).unwrap_or_default(),
-                        ep.node_hints().map(<[String]>::to_vec).unwrap_or_default(),
-                    ),
-                });
+                };
+                let hints = TopologyHints {
+                    zones: ep.zone_hints().map(<[String]>::to_vec).unwrap_or_default(),
+                    nodes: ep.node_hints().map(<[String]>::to_vec).unwrap_or_default(),
+                };
+                endpoints.push((endpoint, hints));
             }
         }
     }
     // The same address and port listed twice (two slices during a rollout): the first wins.
-    endpoints.sort_by_key(|ep| ep.target);
-    endpoints.dedup_by(|later, first| later.target == first.target);
-    endpoints.shrink_to_fit();
-    endpoints
+    endpoints.sort_by_key(|(ep, _)| ep.target);
+    endpoints.dedup_by(|(later, _), (first, _)| later.target == first.target);
+    let (endpoints, hints): (Vec<Endpoint>, Vec<TopologyHints>) = endpoints.into_iter().unzip();
+    (endpoints, EndpointHints::boxed(hints))
 }

@@ -347,7 +347,7 @@ impl ModelCache {
     /// Sets the model's port `name` to `new`, reporting a change if it is one.
     fn put(&mut self, name: ServicePortName, new: Option<Arc<ServicePort>>, out: &mut Rebuilt) {
         let old = match &new {
-            Some(p) => self.model.services.insert(name.clone(), p.clone()),
+            Some(p) => self.model.services.insert(p.clone()),
             None => self.model.services.remove(&name),
         };
         if old != new {

@@ -5,7 +5,7 @@
 
 use crate::net::Protocol;
 use crate::problem::{ObjectKind, ObjectRef, Problem};
-use crate::types::{ServicePort, ServicePortName};
+use crate::types::{OutsideAccess, ServicePort, ServicePortName};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -33,19 +33,23 @@ impl PortClaims {
         PortClaims {
             name: port.name.clone(),
             port: port.port,
-            cluster_ips: port.cluster_ips.as_slice().into(),
+            cluster_ips: port.cluster_ips.clone(),
             node_port: port.node_port,
-            external_ips: port.external_ips.as_slice().into(),
-            load_balancer_ips: port.load_balancer_ips.as_slice().into(),
+            external_ips: port.external_ips().into(),
+            load_balancer_ips: port.load_balancer_ips().into(),
         }
     }
 
     /// `settled` with these claims back (a rival that went away may give some back).
     pub fn restore(&self, settled: &ServicePort) -> ServicePort {
-        ServicePort {
-            cluster_ips: self.cluster_ips.to_vec(),
+        let outside = OutsideAccess {
             external_ips: self.external_ips.to_vec(),
             load_balancer_ips: self.load_balancer_ips.to_vec(),
+            source_ranges: settled.source_ranges().to_vec(),
+        };
+        ServicePort {
+            cluster_ips: self.cluster_ips.clone(),
+            outside: outside.boxed(),
             node_port: self.node_port,
             ..settled.clone()
         }
@@ -142,9 +146,14 @@ impl ClaimIndex {
             }
             _ => true,
         };
-        port.cluster_ips.retain(|ip| keep(ip, "clusterIP"));
-        port.external_ips.retain(|ip| keep(ip, "externalIP"));
-        port.load_balancer_ips.retain(|ip| keep(ip, "load balancer IP"));
+        let mut cluster_ips = std::mem::take(&mut port.cluster_ips).into_vec();
+        cluster_ips.retain(|ip| keep(ip, "clusterIP"));
+        port.cluster_ips = cluster_ips.into();
+        if let Some(mut outside) = port.outside.take() {
+            outside.external_ips.retain(|ip| keep(ip, "externalIP"));
+            outside.load_balancer_ips.retain(|ip| keep(ip, "load balancer IP"));
+            port.outside = (*outside).boxed();
+        }
         if let Some(np) = port.node_port
             && let Some(owner) = self.owner(&Claim::NodePort(p, np))
             && *owner != name

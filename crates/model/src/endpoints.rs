@@ -2,7 +2,7 @@
 //! semantics (readiness, the serving-and-terminating fallback, topology hints, Local policies).
 
 use crate::net::IpFamily;
-use crate::types::{Endpoint, EndpointSelection, Picks};
+use crate::types::{Endpoint, EndpointHints, EndpointSelection, Picks};
 
 /// What the selection needs to know about the Service port and the node.
 pub(crate) struct SelectionInput<'a> {
@@ -19,15 +19,20 @@ enum Topology {
     SameZone,
 }
 
-/// Chooses the endpoints of `family` among a port's endpoints (sorted, one per target): the
-/// selection holds their indexes in `all`.
-pub(crate) fn select(all: &[Endpoint], family: IpFamily, input: &SelectionInput<'_>) -> EndpointSelection {
+/// Chooses the endpoints of `family` among a port's endpoints (sorted, one per target, with
+/// their topology hints by index): the selection holds their indexes in `all`.
+pub(crate) fn select(
+    all: &[Endpoint],
+    hints: Option<&EndpointHints>,
+    family: IpFamily,
+    input: &SelectionInput<'_>,
+) -> EndpointSelection {
     let endpoints: Vec<(usize, &Endpoint)> =
         all.iter().enumerate().filter(|(_, ep)| IpFamily::of(&ep.target.addr) == family).collect();
-    let picks = |keep: &dyn Fn(&Endpoint) -> bool| {
+    let picks = |keep: &dyn Fn(usize, &Endpoint) -> bool| {
         let mut picks = Picks::for_endpoints(all.len());
         for (i, ep) in &endpoints {
-            if keep(ep) {
+            if keep(*i, ep) {
                 picks.insert(*i);
             }
         }
@@ -41,20 +46,20 @@ pub(crate) fn select(all: &[Endpoint], family: IpFamily, input: &SelectionInput<
 
     let mut selection = EndpointSelection::default();
     if uses_cluster {
-        let topology = topology_from_hints(&endpoints, input);
-        selection.cluster = picks(&|ep| ep.ready && available(ep, &topology, input));
+        let topology = topology_from_hints(&endpoints, hints, input);
+        selection.cluster = picks(&|i, ep| ep.ready && available(i, hints, &topology, input));
         if selection.cluster.is_empty() {
             // No ready endpoint anywhere (topology was already ignored if it left none), so fall
             // back to endpoints that still serve while terminating.
-            selection.cluster = picks(&|ep| ep.serving && ep.terminating);
+            selection.cluster = picks(&|_, ep| ep.serving && ep.terminating);
         }
         selection.has_any = !selection.cluster.is_empty();
     }
     if uses_local {
         selection.has_any |= endpoints.iter().any(|(_, ep)| ep.ready || (ep.serving && ep.terminating));
-        selection.local = picks(&|ep| ep.is_local && ep.ready);
+        selection.local = picks(&|_, ep| ep.is_local && ep.ready);
         if selection.local.is_empty() {
-            selection.local = picks(&|ep| ep.is_local && ep.serving && ep.terminating);
+            selection.local = picks(&|_, ep| ep.is_local && ep.serving && ep.terminating);
         }
     }
     selection
@@ -62,30 +67,36 @@ pub(crate) fn select(all: &[Endpoint], family: IpFamily, input: &SelectionInput<
 
 /// Hints apply only when every ready endpoint carries them and at least one is meant for this
 /// node (node hints, `trafficDistribution: PreferSameNode`) or its zone (zone hints).
-fn topology_from_hints(endpoints: &[(usize, &Endpoint)], input: &SelectionInput<'_>) -> Topology {
-    let ready: Vec<&Endpoint> = endpoints.iter().map(|(_, ep)| *ep).filter(|ep| ep.ready).collect();
-    if ready.is_empty() {
+fn topology_from_hints(
+    endpoints: &[(usize, &Endpoint)],
+    hints: Option<&EndpointHints>,
+    input: &SelectionInput<'_>,
+) -> Topology {
+    let ready: Vec<usize> = endpoints.iter().filter(|(_, ep)| ep.ready).map(|(i, _)| *i).collect();
+    if ready.is_empty() || hints.is_none() {
         return Topology::All;
     }
-    let all_node_hints = ready.iter().all(|ep| !ep.node_hints().is_empty());
-    if all_node_hints && ready.iter().any(|ep| ep.node_hints().iter().any(|n| n == input.node_name)) {
+    let nodes = |i: &usize| EndpointHints::nodes(hints, *i);
+    let zones = |i: &usize| EndpointHints::zones(hints, *i);
+    let all_node_hints = ready.iter().all(|i| !nodes(i).is_empty());
+    if all_node_hints && ready.iter().any(|i| nodes(i).iter().any(|n| n == input.node_name)) {
         return Topology::SameNode;
     }
-    let all_zone_hints = ready.iter().all(|ep| !ep.zone_hints().is_empty());
+    let all_zone_hints = ready.iter().all(|i| !zones(i).is_empty());
     if let Some(zone) = input.node_zone
         && all_zone_hints
-        && ready.iter().any(|ep| ep.zone_hints().iter().any(|z| z == zone))
+        && ready.iter().any(|i| zones(i).iter().any(|z| z == zone))
     {
         return Topology::SameZone;
     }
     Topology::All
 }
 
-fn available(ep: &Endpoint, topology: &Topology, input: &SelectionInput<'_>) -> bool {
+fn available(i: usize, hints: Option<&EndpointHints>, topology: &Topology, input: &SelectionInput<'_>) -> bool {
     match topology {
         Topology::All => true,
-        Topology::SameNode => ep.node_hints().iter().any(|n| n == input.node_name),
-        Topology::SameZone => ep.zone_hints().iter().any(|z| Some(z.as_str()) == input.node_zone),
+        Topology::SameNode => EndpointHints::nodes(hints, i).iter().any(|n| n == input.node_name),
+        Topology::SameZone => EndpointHints::zones(hints, i).iter().any(|z| Some(z.as_str()) == input.node_zone),
     }
 }
 
@@ -102,8 +113,12 @@ mod tests {
             serving,
             terminating,
             is_local: local,
-            hints: None,
         }
+    }
+
+    fn hinted(zones: &[&str], nodes: &[&str]) -> TopologyHints {
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        TopologyHints { zones: owned(zones), nodes: owned(nodes) }
     }
 
     /// The addresses chosen for IPv4 traffic.
@@ -114,7 +129,12 @@ mod tests {
     }
 
     fn run(eps: &[Endpoint], input: &SelectionInput<'_>) -> Chosen {
-        let s = select(eps, IpFamily::V4, input);
+        run_hinted(eps, Vec::new(), input)
+    }
+
+    fn run_hinted(eps: &[Endpoint], hints: Vec<TopologyHints>, input: &SelectionInput<'_>) -> Chosen {
+        let hints = EndpointHints::boxed(hints);
+        let s = select(eps, hints.as_deref(), IpFamily::V4, input);
         let addrs = |picks: &Picks| picks.iter().map(|i| eps[i].target.addr.to_string()).collect();
         Chosen { cluster: addrs(&s.cluster), local: addrs(&s.local), has_any: s.has_any }
     }
@@ -201,31 +221,38 @@ mod tests {
 
     #[test]
     fn zone_hints_apply_only_when_complete_and_matching() {
-        let mut a = ep("10.0.1.1", true, true, false, false);
-        let mut b = ep("10.0.1.2", true, true, false, false);
-        a.hints = TopologyHints::boxed(vec!["zone-a".into()], vec![]);
-        b.hints = TopologyHints::boxed(vec!["zone-b".into()], vec![]);
-        let s = run(&[a.clone(), b.clone()], &input(false, false, false));
+        let a = ep("10.0.1.1", true, true, false, false);
+        let b = ep("10.0.1.2", true, true, false, false);
+        let (in_a, in_b) = (hinted(&["zone-a"], &[]), hinted(&["zone-b"], &[]));
+        let s = run_hinted(&[a.clone(), b.clone()], vec![in_a.clone(), in_b.clone()], &input(false, false, false));
         assert_eq!(s.cluster, ["10.0.1.1"]);
 
         // One ready endpoint without hints turns filtering off.
         let c = ep("10.0.1.3", true, true, false, false);
-        let s = run(&[a.clone(), b.clone(), c], &input(false, false, false));
+        let hints = vec![in_a.clone(), in_b.clone(), TopologyHints::default()];
+        let s = run_hinted(&[a.clone(), b.clone(), c], hints, &input(false, false, false));
         assert_eq!(s.cluster.len(), 3);
 
         // Hints for other zones only: fall back to all.
-        a.hints = TopologyHints::boxed(vec!["zone-c".into()], vec![]);
-        let s = run(&[a.clone(), b.clone()], &input(false, false, false));
+        let s = run_hinted(&[a.clone(), b.clone()], vec![hinted(&["zone-c"], &[]), in_b], &input(false, false, false));
         assert_eq!(s.cluster.len(), 2);
     }
 
     #[test]
     fn node_hints_take_precedence() {
-        let mut a = ep("10.0.1.1", true, true, false, true);
-        let mut b = ep("10.0.1.2", true, true, false, false);
-        a.hints = TopologyHints::boxed(vec!["zone-a".into()], vec!["test-node".into()]);
-        b.hints = TopologyHints::boxed(vec!["zone-a".into()], vec!["other-node".into()]);
-        let s = run(&[a.clone(), b.clone()], &input(false, false, false));
+        let a = ep("10.0.1.1", true, true, false, true);
+        let b = ep("10.0.1.2", true, true, false, false);
+        let hints = vec![hinted(&["zone-a"], &["test-node"]), hinted(&["zone-a"], &["other-node"])];
+        let s = run_hinted(&[a.clone(), b.clone()], hints, &input(false, false, false));
         assert_eq!(s.cluster, ["10.0.1.1"]);
+    }
+
+    #[test]
+    fn hints_follow_their_endpoint_by_index() {
+        // The hinted endpoint for this zone is the second: reading hints by a wrong index picks
+        // the first.
+        let eps = [ep("10.0.1.1", true, true, false, false), ep("10.0.1.2", true, true, false, false)];
+        let s = run_hinted(&eps, vec![hinted(&["zone-b"], &[]), hinted(&["zone-a"], &[])], &input(false, false, false));
+        assert_eq!(s.cluster, ["10.0.1.2"]);
     }
 }

@@ -15,6 +15,7 @@ mod endpoints;
 mod names;
 mod net;
 mod packed;
+mod ports;
 mod problem;
 mod slices;
 pub mod source;
@@ -25,8 +26,10 @@ pub use build::{
 };
 pub use cache::{ModelCache, PortChange, Rebuilt};
 pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
+pub use ports::ServicePorts;
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use types::{
-    DetectLocal, Endpoint, EndpointSelection, EndpointTarget, NodeFacts, NodePortAddresses, Picks, PodMatch,
-    ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName, Targets, TopologyHints,
+    DetectLocal, Endpoint, EndpointHints, EndpointSelection, EndpointTarget, NodeFacts, NodePortAddresses,
+    OutsideAccess, Picks, PodMatch, ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName, Targets,
+    TopologyHints,
 };

@@ -1,7 +1,7 @@
 //! The model itself: what every Service port answers on, and where its traffic may go.
 
 use crate::net::{Cidr, IpFamily, Protocol};
-use std::collections::BTreeMap;
+use crate::ports::ServicePorts;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ pub struct ProxyModel {
     /// One entry per (namespace, Service, port name, protocol). Shared with the changes a
     /// rebuild reports ([`crate::PortChange`]), which at a cold start are every port: a copy
     /// of each was a fifth of the agent's peak.
-    pub services: BTreeMap<ServicePortName, Arc<ServicePort>>,
+    pub services: ServicePorts,
     /// The networks ClusterIPs are allocated from (`--service-cluster-ip-range` and
     /// networking.k8s.io/v1 ServiceCIDR objects): traffic to an unallocated address in them is
     /// dropped.
@@ -273,7 +273,9 @@ pub struct EndpointTarget {
     pub port: u16,
 }
 
-/// One endpoint of a Service port, as its EndpointSlice describes it.
+/// One endpoint of a Service port, as its EndpointSlice describes it. 24 bytes: a port's
+/// endpoints are a third of the model (its topology hints, which few endpoints carry, live
+/// beside them in [`ServicePort::hints`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoint {
     /// Address and port.
@@ -286,21 +288,6 @@ pub struct Endpoint {
     pub terminating: bool,
     /// Whether the endpoint runs on this node.
     pub is_local: bool,
-    /// Its topology hints, boxed: few endpoints carry any, and two empty vectors inline made
-    /// every endpoint of a large cluster 40 bytes larger.
-    pub hints: Option<Box<TopologyHints>>,
-}
-
-impl Endpoint {
-    /// Zones this endpoint is hinted for (empty: no hints).
-    pub fn zone_hints(&self) -> &[String] {
-        self.hints.as_ref().map_or(&[], |h| &h.zones)
-    }
-
-    /// Nodes this endpoint is hinted for (empty: no hints).
-    pub fn node_hints(&self) -> &[String] {
-        self.hints.as_ref().map_or(&[], |h| &h.nodes)
-    }
 }
 
 /// `hints.forZones` and `hints.forNodes` of an endpoint.
@@ -313,9 +300,50 @@ pub struct TopologyHints {
 }
 
 impl TopologyHints {
-    /// `None` when there are no hints at all, as [`Endpoint::hints`] holds them.
-    pub fn boxed(zones: Vec<String>, nodes: Vec<String>) -> Option<Box<TopologyHints>> {
-        (!zones.is_empty() || !nodes.is_empty()).then(|| Box::new(TopologyHints { zones, nodes }))
+    /// Whether there are no hints at all.
+    pub fn is_empty(&self) -> bool {
+        self.zones.is_empty() && self.nodes.is_empty()
+    }
+}
+
+/// The topology hints of a port's endpoints, by the endpoint's index.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointHints(Vec<TopologyHints>);
+
+impl EndpointHints {
+    /// `None` when no endpoint carries hints, as [`ServicePort::hints`] holds them.
+    pub fn boxed(by_endpoint: Vec<TopologyHints>) -> Option<Box<EndpointHints>> {
+        by_endpoint.iter().any(|h| !h.is_empty()).then(|| Box::new(EndpointHints(by_endpoint)))
+    }
+
+    /// Zones endpoint `i` is hinted for (empty: no hints).
+    pub fn zones(hints: Option<&EndpointHints>, i: usize) -> &[String] {
+        hints.and_then(|h| h.0.get(i)).map_or(&[], |h| &h.zones)
+    }
+
+    /// Nodes endpoint `i` is hinted for (empty: no hints).
+    pub fn nodes(hints: Option<&EndpointHints>, i: usize) -> &[String] {
+        hints.and_then(|h| h.0.get(i)).map_or(&[], |h| &h.nodes)
+    }
+}
+
+/// What only a port reachable from outside the cluster has: boxed, as most ports have none of
+/// it and three empty vectors inline cost every port 64 bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OutsideAccess {
+    /// `spec.externalIPs`.
+    pub external_ips: Vec<IpAddr>,
+    /// Load balancer ingress IPs that kube-proxy must capture (not `ipMode: Proxy`).
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// `spec.loadBalancerSourceRanges`.
+    pub source_ranges: Vec<Cidr>,
+}
+
+impl OutsideAccess {
+    /// `None` when all three are empty, as [`ServicePort::outside`] holds them.
+    pub fn boxed(self) -> Option<Box<OutsideAccess>> {
+        (!self.external_ips.is_empty() || !self.load_balancer_ips.is_empty() || !self.source_ranges.is_empty())
+            .then(|| Box::new(self))
     }
 }
 
@@ -335,15 +363,19 @@ pub struct EndpointSelection {
 
 /// Some of a port's endpoints, by index. Up to 64 endpoints (nearly every Service port) fit
 /// inline: the picked addresses as a list cost 200 bytes per port of 10 endpoints, a fifth of
-/// the model.
+/// the model. 16 bytes (a port holds four).
 #[derive(Clone, Debug)]
 pub struct Picks(Bits);
 
 #[derive(Clone, Debug)]
 enum Bits {
     Few(u64),
-    Many(Box<[u64]>),
+    Many(Box<Words>),
 }
+
+/// The words of more than 64 endpoints, behind one thin pointer.
+#[derive(Clone, Debug)]
+struct Words(Box<[u64]>);
 
 impl Default for Picks {
     fn default() -> Picks {
@@ -354,13 +386,13 @@ impl Default for Picks {
 impl Picks {
     /// None of `n` endpoints.
     pub(crate) fn for_endpoints(n: usize) -> Picks {
-        if n <= 64 { Picks::default() } else { Picks(Bits::Many(vec![0; n.div_ceil(64)].into())) }
+        if n <= 64 { Picks::default() } else { Picks(Bits::Many(Box::new(Words(vec![0; n.div_ceil(64)].into())))) }
     }
 
     fn words(&self) -> &[u64] {
         match &self.0 {
             Bits::Few(w) => std::slice::from_ref(w),
-            Bits::Many(ws) => ws,
+            Bits::Many(ws) => &ws.0,
         }
     }
 
@@ -368,7 +400,7 @@ impl Picks {
     pub(crate) fn insert(&mut self, i: usize) {
         let words = match &mut self.0 {
             Bits::Few(w) => std::slice::from_mut(w),
-            Bits::Many(ws) => ws,
+            Bits::Many(ws) => &mut ws.0,
         };
         words[i / 64] |= 1 << (i % 64);
     }
@@ -431,15 +463,11 @@ pub struct ServicePort {
     /// The Service port number.
     pub port: u16,
     /// The ClusterIPs (one per family at most).
-    pub cluster_ips: Vec<IpAddr>,
+    pub cluster_ips: Box<[IpAddr]>,
     /// The allocated NodePort.
     pub node_port: Option<u16>,
-    /// `spec.externalIPs`.
-    pub external_ips: Vec<IpAddr>,
-    /// Load balancer ingress IPs that kube-proxy must capture (not `ipMode: Proxy`).
-    pub load_balancer_ips: Vec<IpAddr>,
-    /// `spec.loadBalancerSourceRanges`.
-    pub source_ranges: Vec<Cidr>,
+    /// External and load balancer IPs, source ranges (`None`: none of them).
+    pub outside: Option<Box<OutsideAccess>>,
     /// `externalTrafficPolicy: Local`.
     pub external_policy_local: bool,
     /// `internalTrafficPolicy: Local`.
@@ -449,7 +477,9 @@ pub struct ServicePort {
     /// `spec.healthCheckNodePort`.
     pub health_check_node_port: Option<u16>,
     /// Every endpoint from the Service's EndpointSlices, both families, sorted.
-    pub endpoints: Vec<Endpoint>,
+    pub endpoints: Box<[Endpoint]>,
+    /// The endpoints' topology hints (`None`: no endpoint has any).
+    pub hints: Option<Box<EndpointHints>>,
     /// The endpoint choice for IPv4 traffic.
     pub v4: EndpointSelection,
     /// The endpoint choice for IPv6 traffic.
@@ -488,17 +518,45 @@ impl ServicePort {
         self.cluster_ips.iter().find(|ip| IpFamily::of(ip) == family).copied()
     }
 
+    /// `spec.externalIPs`.
+    pub fn external_ips(&self) -> &[IpAddr] {
+        self.outside.as_ref().map_or(&[], |o| &o.external_ips)
+    }
+
+    /// Load balancer ingress IPs that kube-proxy must capture.
+    pub fn load_balancer_ips(&self) -> &[IpAddr] {
+        self.outside.as_ref().map_or(&[], |o| &o.load_balancer_ips)
+    }
+
+    /// `spec.loadBalancerSourceRanges`.
+    pub fn source_ranges(&self) -> &[Cidr] {
+        self.outside.as_ref().map_or(&[], |o| &o.source_ranges)
+    }
+
     /// Whether traffic can reach this port from outside the cluster network
     /// (a NodePort, an external IP or a load balancer IP).
     pub fn externally_accessible(&self) -> bool {
-        self.node_port.is_some() || !self.external_ips.is_empty() || !self.load_balancer_ips.is_empty()
+        self.node_port.is_some() || !self.external_ips().is_empty() || !self.load_balancer_ips().is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Picks, ServiceCounters};
+    use super::{Endpoint, EndpointSelection, Picks, ServiceCounters, ServicePort};
     use std::collections::{BTreeMap, BTreeSet};
+    use std::mem::size_of;
+
+    /// A port's endpoints and the port itself are most of the model of a large cluster; a field
+    /// added inline moves them into the allocator's next size class (the port's `Arc` adds
+    /// 16 bytes to its 208; jemalloc's classes there are 224 and 256, and ten endpoints of 24
+    /// bytes fill 240 of 256).
+    #[test]
+    fn the_parts_a_large_cluster_holds_many_of_stay_small() {
+        assert_eq!(size_of::<Endpoint>(), 24);
+        assert_eq!(size_of::<Picks>(), 16);
+        assert_eq!(size_of::<EndpointSelection>(), 40);
+        assert!(size_of::<ServicePort>() + 16 <= 224, "{}", size_of::<ServicePort>());
+    }
 
     #[test]
     fn picks_read_back_as_the_indexes_inserted() {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
-use verdict_model::{Cidr, ModelCache, ProxyConfig, ServicePort, ServicePortName, build_model};
+use verdict_model::{Cidr, ModelCache, ProxyConfig, ServicePorts, build_model};
 
 struct Rng(u64);
 impl Rng {
@@ -102,7 +102,7 @@ fn incremental_model_equals_batch_model() {
     let mut slices: BTreeMap<String, EndpointSlice> = BTreeMap::new();
     let mut the_node = Some(node(&mut rng));
     cache.set_node(the_node.clone());
-    let mut mirror: BTreeMap<ServicePortName, std::sync::Arc<ServicePort>> = BTreeMap::new();
+    let mut mirror = ServicePorts::default();
     let mut conflicts_seen = 0;
 
     for round in 0..400 {
@@ -148,7 +148,7 @@ fn incremental_model_equals_batch_model() {
         for change in rebuilt.changes {
             assert_eq!(mirror.get(&change.name), change.old.as_ref(), "round {round}: reported old state is wrong");
             match change.new {
-                Some(p) => mirror.insert(change.name, p),
+                Some(p) => mirror.insert(p),
                 None => mirror.remove(&change.name),
             };
         }

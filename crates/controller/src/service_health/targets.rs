@@ -59,22 +59,25 @@ pub fn health_targets(model: &ProxyModel) -> Vec<HealthTarget> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use verdict_model::{Endpoint, EndpointTarget, Protocol, ServicePort, ServicePortName};
+    use verdict_model::{Endpoint, EndpointTarget, OutsideAccess, Protocol, ServicePort, ServicePortName};
 
     fn port(ns: &str, name: &str, port_name: &str, local: bool, hc: Option<u16>, eps: Vec<Endpoint>) -> ServicePort {
         ServicePort {
             name: ServicePortName::new(ns, name, port_name, Protocol::Tcp),
             port: 80,
-            cluster_ips: vec!["10.96.0.10".parse().unwrap()],
+            cluster_ips: ["10.96.0.10".parse().unwrap()].into(),
             node_port: Some(30080),
-            external_ips: Vec::new(),
-            load_balancer_ips: vec!["192.0.2.10".parse().unwrap()],
-            source_ranges: Vec::new(),
+            outside: OutsideAccess {
+                load_balancer_ips: vec!["192.0.2.10".parse().unwrap()],
+                ..OutsideAccess::default()
+            }
+            .boxed(),
             external_policy_local: local,
             internal_policy_local: false,
             affinity_timeout: None,
             health_check_node_port: hc,
-            endpoints: eps,
+            endpoints: eps.into(),
+            hints: None,
             v4: Default::default(),
             v6: Default::default(),
             counted: false,
@@ -82,20 +85,13 @@ mod tests {
     }
 
     fn ep(addr: &str, port: u16, is_local: bool, ready: bool, serving: bool, terminating: bool) -> Endpoint {
-        Endpoint {
-            target: EndpointTarget { addr: addr.parse().unwrap(), port },
-            ready,
-            serving,
-            terminating,
-            is_local,
-            hints: None,
-        }
+        Endpoint { target: EndpointTarget { addr: addr.parse().unwrap(), port }, ready, serving, terminating, is_local }
     }
 
     fn model(ports: Vec<ServicePort>) -> ProxyModel {
         let mut m = ProxyModel::default();
         for p in ports {
-            m.services.insert(p.name.clone(), std::sync::Arc::new(p));
+            m.services.insert(std::sync::Arc::new(p));
         }
         m
     }

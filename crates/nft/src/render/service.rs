@@ -67,7 +67,7 @@ impl<'a> PortView<'a> {
     /// External IPs and load balancer IPs of this family.
     pub fn external_addresses(&self) -> Vec<IpAddr> {
         let mut addrs: Vec<IpAddr> =
-            self.port.external_ips.iter().chain(&self.port.load_balancer_ips).copied().collect();
+            self.port.external_ips().iter().chain(self.port.load_balancer_ips()).copied().collect();
         addrs.retain(|a| IpFamily::of(a) == self.family);
         addrs.sort();
         addrs.dedup();
@@ -214,11 +214,11 @@ fn count(view: &PortView, sink: &mut impl Sink) {
 /// the port has no ranges of this family).
 fn firewalled(view: &PortView) -> Vec<IpAddr> {
     let f = view.family;
-    if !view.port.source_ranges.iter().any(|c| c.family() == f) {
+    if !view.port.source_ranges().iter().any(|c| c.family() == f) {
         return Vec::new();
     }
     let mut lb_ips: Vec<IpAddr> =
-        view.port.load_balancer_ips.iter().filter(|a| IpFamily::of(a) == f).copied().collect();
+        view.port.load_balancer_ips().iter().filter(|a| IpFamily::of(a) == f).copied().collect();
     lb_ips.sort();
     lb_ips.dedup();
     lb_ips
@@ -276,7 +276,7 @@ fn fill_slots(sink: &mut impl Sink, map: &str, prefix: &[Value], endpoints: &[En
 fn render_firewall(view: &PortView, sink: &mut impl Sink) {
     let f = view.family;
     let lb_ips = firewalled(view);
-    let ranges: Vec<Cidr> = view.port.source_ranges.iter().filter(|c| c.family() == f).copied().collect();
+    let ranges: Vec<Cidr> = view.port.source_ranges().iter().filter(|c| c.family() == f).copied().collect();
     if lb_ips.is_empty() || ranges.is_empty() {
         return;
     }
