@@ -237,7 +237,7 @@ impl DesiredTable {
     fn add_element(&mut self, set: &str, key: Blob, elem: Elem) {
         if is_shared(set) && self.current(set, &key).is_some() {
             // Wanted once already (no count is kept for one).
-            *self.shared.entry(set.to_string()).or_default().entry(key).or_insert(1) += 1;
+            *self.shared.entry(set.to_string()).or_default().entry(&key, 1) += 1;
             return;
         }
         self.set_element(set, key, elem);

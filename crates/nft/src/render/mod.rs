@@ -12,6 +12,7 @@
 //! `crate::desired`).
 
 pub mod counters;
+mod key_counts;
 pub mod names;
 mod own;
 mod scaffold;
@@ -22,6 +23,7 @@ use crate::fasthash::FastMap;
 use crate::rule::build::{l4proto_any, stmt};
 use crate::rule::{DnatTarget, Rule, Selector, Stmt};
 use crate::ruleset::{Blob, Chain, DataSpec, Elem, KeySpec, Ruleset, Set, SetDecl, Table};
+use key_counts::KeyCounts;
 use std::sync::Arc;
 use verdict_model::{IpFamily, ProxyModel, ServicePort};
 
@@ -52,7 +54,7 @@ pub fn capacity(count: usize) -> u32 {
 /// Reference counts of shared elements above one, by set and key: an element of a shared set
 /// without a count is wanted by exactly one Service port, as nearly all are (a count for every
 /// hairpin pair cost 540 bytes per Service of 10 endpoints).
-pub(crate) type SharedCounts = FastMap<String, FastMap<Blob, u32>>;
+pub(crate) type SharedCounts = FastMap<String, KeyCounts>;
 
 /// Renders the whole table for a model.
 pub fn render(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
@@ -123,8 +125,7 @@ fn render_split(model: &ProxyModel, opts: &RenderOptions, count: bool, parallel:
     }
     let mut counts = std::mem::take(&mut b.counts);
     for per_set in counts.shared.values_mut() {
-        per_set.retain(|_, n| *n > 1);
-        per_set.shrink_to_fit();
+        per_set.retain_and_shrink(|n| n > 1);
     }
     (b.finish(), counts)
 }
@@ -298,7 +299,7 @@ impl Sink for Builder {
                 Some(m) => m,
                 None => self.counts.shared.entry(set.to_string()).or_default(),
             };
-            let count = per_set.entry(key).or_default();
+            let count = per_set.entry(&key, 0);
             *count += 1;
             if *count > 1 {
                 return; // shared elements are all alike: it is in already
@@ -360,10 +361,7 @@ impl Builder {
             }
         }
         for (set, counts) in other.counts.shared {
-            let mine = self.counts.shared.entry(set).or_default();
-            for (key, n) in counts {
-                *mine.entry(key).or_default() += n;
-            }
+            self.counts.shared.entry(set).or_default().absorb(counts);
         }
         for (class, n) in other.counts.classes {
             *self.counts.classes.entry(class).or_default() += n;
