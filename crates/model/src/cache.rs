@@ -67,13 +67,14 @@ struct Entry {
     /// The Service, encoded (see [`PackedService`]); `None` while only its slices are known.
     service: Option<PackedService>,
     /// The names of its slices, sorted (a one-element `BTreeSet` took 300 bytes), shared
-    /// with the keys of `slices`.
-    slices: Vec<Arc<str>>,
+    /// with the keys of `slices`. Exactly as long as it must be: a vector grown by one push
+    /// kept room for four.
+    slices: Box<[Arc<str>]>,
     /// Each built port's claims as built, before conflicts took any away: what ownership is
     /// settled from. The endpoints are not kept here (the full port lives once, in the
     /// model): a second copy of every port's endpoints and their selection cost 7% of the
     /// agent's settled memory at 10k Services x 10 endpoints.
-    claims: Vec<PortClaims>,
+    claims: Box<[PortClaims]>,
 }
 
 impl Entry {
@@ -199,7 +200,9 @@ impl ModelCache {
         let owner = self.shared_key(&k.0, stored.service_name());
         let names = &mut self.entries.entry(owner.clone()).or_default().slices;
         if let Err(at) = names.binary_search_by(|n| (**n).cmp(&*k.1)) {
-            names.insert(at, k.1.clone());
+            let mut grown = std::mem::take(names).into_vec();
+            grown.insert(at, k.1.clone());
+            *names = grown.into();
         }
         self.dirty.insert(owner);
         self.slices.insert(k, stored);
@@ -210,7 +213,9 @@ impl ModelCache {
         if let Some(old) = self.slices.remove(&key(namespace, name)) {
             let owner = key(namespace, old.service_name());
             if let Some(entry) = self.entries.get_mut(&owner) {
-                entry.slices.retain(|n| **n != *name);
+                if entry.slices.iter().any(|n| **n == *name) {
+                    entry.slices = entry.slices.iter().filter(|n| ***n != *name).cloned().collect();
+                }
             }
             self.dirty.insert(owner);
         }
@@ -264,7 +269,7 @@ impl ModelCache {
         for k in std::mem::take(&mut self.dirty) {
             self.problems.remove(&k);
             let Some(entry) = self.entries.get_mut(&k) else { continue };
-            for old in std::mem::take(&mut entry.claims) {
+            for old in std::mem::take(&mut entry.claims).into_vec() {
                 self.claims.rivals_into(&old, &mut affected);
                 affected.insert(old.name.clone());
                 self.claims.unregister(&old);
@@ -283,7 +288,7 @@ impl ModelCache {
             let names = ServiceNames { namespace: &k.0, name: &k.1, ports: &mut self.spellings };
             let counters = &self.model.config.service_counters;
             let ports = build_service(&self.model.node, &families, counters, &svc, names, &slices, &mut problems);
-            let claims: Vec<PortClaims> = ports.iter().map(PortClaims::of).collect();
+            let claims: Box<[PortClaims]> = ports.iter().map(PortClaims::of).collect();
             for c in &claims {
                 self.claims.register(c);
             }

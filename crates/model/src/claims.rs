@@ -6,7 +6,7 @@
 use crate::net::Protocol;
 use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::types::{OutsideAccess, ServicePort, ServicePortName};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 /// A claimable key: an address with protocol and port, or a NodePort.
@@ -79,19 +79,63 @@ impl PortClaims {
 /// Every claim and who wants it.
 #[derive(Debug, Default)]
 pub(crate) struct ClaimIndex {
-    /// Sorted, without duplicates. Nearly every key has one contender: a one-element vector
-    /// costs a tenth of a one-element `BTreeSet` (whose node has room for eleven).
-    contenders: BTreeMap<Claim, Vec<ServicePortName>>,
+    /// Looked up by key only, never walked in order: a hash map's entries cost less than a
+    /// B-tree's half-filled nodes.
+    contenders: HashMap<Claim, Contenders>,
+}
+
+/// Who wants a key, sorted, without duplicates. Nearly every key has one contender, held
+/// inline: a one-element vector beside it cost 64 bytes per Service.
+#[derive(Debug)]
+enum Contenders {
+    One(ServicePortName),
+    Many(Vec<ServicePortName>),
+}
+
+impl Contenders {
+    fn names(&self) -> &[ServicePortName] {
+        match self {
+            Contenders::One(name) => std::slice::from_ref(name),
+            Contenders::Many(names) => names,
+        }
+    }
+
+    fn insert(&mut self, name: &ServicePortName) {
+        let Err(at) = self.names().binary_search(name) else { return };
+        let mut names = match std::mem::replace(self, Contenders::Many(Vec::new())) {
+            Contenders::One(first) => vec![first],
+            Contenders::Many(names) => names,
+        };
+        names.insert(at, name.clone());
+        *self = Contenders::Many(names);
+    }
+
+    /// Removes `name`; `false` when nobody is left.
+    fn remove(&mut self, name: &ServicePortName) -> bool {
+        match self {
+            Contenders::One(only) => only != name,
+            Contenders::Many(names) => {
+                if let Ok(at) = names.binary_search(name) {
+                    names.remove(at);
+                }
+                if names.len() == 1 {
+                    *self = Contenders::One(names.remove(0));
+                }
+                !self.names().is_empty()
+            }
+        }
+    }
 }
 
 impl ClaimIndex {
     /// Registers `port`'s wishes.
     pub fn register(&mut self, port: &PortClaims) {
         for c in port.wanted() {
-            let names = self.contenders.entry(c).or_default();
-            if let Err(at) = names.binary_search(&port.name) {
-                names.insert(at, port.name.clone());
-                names.shrink_to_fit();
+            match self.contenders.get_mut(&c) {
+                Some(names) => names.insert(&port.name),
+                None => {
+                    self.contenders.insert(c, Contenders::One(port.name.clone()));
+                }
             }
         }
     }
@@ -99,13 +143,10 @@ impl ClaimIndex {
     /// Withdraws `port`'s wishes.
     pub fn unregister(&mut self, port: &PortClaims) {
         for c in port.wanted() {
-            if let Some(set) = self.contenders.get_mut(&c) {
-                if let Ok(at) = set.binary_search(&port.name) {
-                    set.remove(at);
-                }
-                if set.is_empty() {
-                    self.contenders.remove(&c);
-                }
+            if let Some(names) = self.contenders.get_mut(&c)
+                && !names.remove(&port.name)
+            {
+                self.contenders.remove(&c);
             }
         }
     }
@@ -114,7 +155,7 @@ impl ClaimIndex {
     /// added to `out`.
     pub fn rivals_into(&self, port: &PortClaims, out: &mut BTreeSet<ServicePortName>) {
         for c in port.wanted() {
-            for name in self.contenders.get(&c).into_iter().flatten() {
+            for name in self.contenders.get(&c).map_or(&[][..], Contenders::names) {
                 if *name != port.name && !out.contains(name) {
                     out.insert(name.clone());
                 }
@@ -123,7 +164,7 @@ impl ClaimIndex {
     }
 
     fn owner(&self, c: &Claim) -> Option<&ServicePortName> {
-        self.contenders.get(c).and_then(|s| s.first())
+        self.contenders.get(c).and_then(|s| s.names().first())
     }
 
     /// `port` with the keys it does not own removed, and a problem for each.
@@ -162,5 +203,43 @@ impl ClaimIndex {
             port.node_port = None;
         }
         (port, problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Protocol;
+
+    /// Contenders added and withdrawn in any order are the sorted set of those still there,
+    /// the first of which owns the key.
+    #[test]
+    fn contenders_are_the_sorted_set_of_those_left() {
+        let names: Vec<ServicePortName> =
+            ["c", "a", "d", "b"].iter().map(|n| ServicePortName::new("ns", n, "", Protocol::Tcp)).collect();
+        let mut seed = 3u64;
+        let mut held: Option<Contenders> = None;
+        let mut plain: BTreeSet<ServicePortName> = BTreeSet::new();
+        for _ in 0..2000 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let name = &names[(seed >> 33) as usize % names.len()];
+            if (seed >> 20) % 2 == 0 {
+                match held.as_mut() {
+                    Some(c) => c.insert(name),
+                    None => held = Some(Contenders::One(name.clone())),
+                }
+                plain.insert(name.clone());
+            } else {
+                if let Some(c) = held.as_mut()
+                    && !c.remove(name)
+                {
+                    held = None;
+                }
+                plain.remove(name);
+            }
+            let got = held.as_ref().map_or(&[][..], Contenders::names);
+            assert_eq!(got, plain.iter().cloned().collect::<Vec<_>>().as_slice());
+            assert!(!matches!(held, Some(Contenders::Many(ref v)) if v.len() < 2), "one contender is held inline");
+        }
     }
 }
