@@ -17,38 +17,55 @@ pub(crate) enum Claim {
 }
 
 /// What a port claims, as built (before ownership is settled): all the cache keeps of a port
-/// to settle ownership from, a fifth of the size of the port.
+/// to settle ownership from. 88 bytes: the addresses of all three kinds in one slice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PortClaims {
     pub name: ServicePortName,
     pub port: u16,
-    pub cluster_ips: Box<[IpAddr]>,
     pub node_port: Option<u16>,
-    pub external_ips: Box<[IpAddr]>,
-    pub load_balancer_ips: Box<[IpAddr]>,
+    /// The ClusterIPs, then the external IPs from `external_from`, then the load balancer IPs
+    /// from `load_balancer_from`.
+    addresses: Box<[IpAddr]>,
+    external_from: u32,
+    load_balancer_from: u32,
 }
 
 impl PortClaims {
     pub fn of(port: &ServicePort) -> PortClaims {
+        let (cluster, external, lb) = (&port.cluster_ips, port.external_ips(), port.load_balancer_ips());
+        // An object is at most a few megabytes: its addresses number far fewer than 2^32.
+        let at = |n: usize| n as u32;
         PortClaims {
             name: port.name.clone(),
             port: port.port,
-            cluster_ips: port.cluster_ips.clone(),
             node_port: port.node_port,
-            external_ips: port.external_ips().into(),
-            load_balancer_ips: port.load_balancer_ips().into(),
+            addresses: cluster.iter().chain(external).chain(lb).copied().collect(),
+            external_from: at(cluster.len()),
+            load_balancer_from: at(cluster.len() + external.len()),
         }
+    }
+
+    fn cluster_ips(&self) -> &[IpAddr] {
+        &self.addresses[..self.external_from as usize]
+    }
+
+    fn external_ips(&self) -> &[IpAddr] {
+        &self.addresses[self.external_from as usize..self.load_balancer_from as usize]
+    }
+
+    fn load_balancer_ips(&self) -> &[IpAddr] {
+        &self.addresses[self.load_balancer_from as usize..]
     }
 
     /// `settled` with these claims back (a rival that went away may give some back).
     pub fn restore(&self, settled: &ServicePort) -> ServicePort {
         let outside = OutsideAccess {
-            external_ips: self.external_ips.to_vec(),
-            load_balancer_ips: self.load_balancer_ips.to_vec(),
+            external_ips: self.external_ips().to_vec(),
+            load_balancer_ips: self.load_balancer_ips().to_vec(),
             source_ranges: settled.source_ranges().to_vec(),
         };
         ServicePort {
-            cluster_ips: self.cluster_ips.clone(),
+            cluster_ips: self.cluster_ips().into(),
             outside: outside.boxed(),
             node_port: self.node_port,
             ..settled.clone()
@@ -58,15 +75,8 @@ impl PortClaims {
     /// The keys the port wants, sorted, without duplicates.
     fn wanted(&self) -> Vec<Claim> {
         let p = self.name.protocol;
-        let mut out: Vec<Claim> =
-            Vec::with_capacity(self.cluster_ips.len() + self.external_ips.len() + self.load_balancer_ips.len() + 1);
-        out.extend(
-            self.cluster_ips
-                .iter()
-                .chain(&self.external_ips)
-                .chain(&self.load_balancer_ips)
-                .map(|ip| Claim::Address(*ip, p, self.port)),
-        );
+        let mut out: Vec<Claim> = Vec::with_capacity(self.addresses.len() + 1);
+        out.extend(self.addresses.iter().map(|ip| Claim::Address(*ip, p, self.port)));
         if let Some(np) = self.node_port {
             out.push(Claim::NodePort(p, np));
         }
@@ -241,5 +251,26 @@ mod tests {
             assert_eq!(got, plain.iter().cloned().collect::<Vec<_>>().as_slice());
             assert!(!matches!(held, Some(Contenders::Many(ref v)) if v.len() < 2), "one contender is held inline");
         }
+    }
+
+    /// Each kind of address comes back as its own kind (an offset off by one moves an
+    /// external IP among the load balancer IPs).
+    #[test]
+    fn claims_restore_each_kind_of_address() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut port = crate::ports::tests::port("web", 80);
+        let outside = OutsideAccess {
+            external_ips: vec![ip("192.0.2.1"), ip("192.0.2.2")],
+            load_balancer_ips: vec![ip("198.51.100.1")],
+            source_ranges: vec![],
+        };
+        std::sync::Arc::make_mut(&mut port).outside = outside.boxed();
+        let claims = PortClaims::of(&port);
+        let bare = ServicePort { cluster_ips: Box::default(), outside: None, ..(*port).clone() };
+        let restored = claims.restore(&bare);
+        assert_eq!(&*restored.cluster_ips, &[ip("10.96.0.1")]);
+        assert_eq!(restored.external_ips(), &[ip("192.0.2.1"), ip("192.0.2.2")]);
+        assert_eq!(restored.load_balancer_ips(), &[ip("198.51.100.1")]);
+        assert_eq!(claims.wanted().len(), 4);
     }
 }

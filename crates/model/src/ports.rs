@@ -147,11 +147,12 @@ impl FromIterator<ServicePort> for ServicePorts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::net::Protocol;
 
-    fn port(name: &str, number: u16) -> Arc<ServicePort> {
+    /// A ClusterIP port of Service `ns/name` without endpoints.
+    pub(crate) fn port(name: &str, number: u16) -> Arc<ServicePort> {
         Arc::new(ServicePort {
             name: ServicePortName::new("ns", name, "", Protocol::Tcp),
             port: number,

@@ -43,12 +43,13 @@ fn parse_args() -> Result<Args> {
 
 fn row(who: &str, o: &Outcome) -> String {
     format!(
-        "| {} | {who} | {:.2} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {} | {:.0} | {}+{} | {:.1} | {} |",
+        "| {} | {who} | {:.2} | {:.0} | {:.0} | {:.0} | {} | {:.2} | {:.0} | {} | {:.0} | {}+{} | {:.1} | {} |",
         o.point,
         o.cold.programmed_s,
         o.cold.peak_rss_mib,
         o.cold.early_rss_mib,
         o.cold.settled_rss_mib,
+        o.cold.heap_mib.map_or("-".to_string(), |(a, r)| format!("{a} / {r}")),
         o.warm.programmed_s,
         o.warm.full_sync_ms,
         o.warm.objects,
@@ -60,7 +61,7 @@ fn row(who: &str, o: &Outcome) -> String {
     )
 }
 
-const HEADER: &str = "| Services x endpoints | binary | start -> programmed s | peak RSS MiB | RSS 3 s after MiB | settled RSS MiB | warm restart -> programmed s | its full sync ms | objects written | warm peak RSS MiB | lists+watches | API MB sent | state saved at stop |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
+const HEADER: &str = "| Services x endpoints | binary | start -> programmed s | peak RSS MiB | RSS 3 s after MiB | settled RSS MiB | heap after sync MiB (allocated / resident) | warm restart -> programmed s | its full sync ms | objects written | warm peak RSS MiB | lists+watches | API MB sent | state saved at stop |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 fn main() -> Result<()> {
     let args = parse_args()?;

@@ -173,6 +173,16 @@ pub fn saved_state(log: &str) -> Option<(u64, f64)> {
     })
 }
 
+/// From the agent's log: its heap (allocated, resident MiB) after its first full sync.
+pub fn heap_after_sync(log: &str) -> Option<(u64, u64)> {
+    log.lines().find_map(|line| {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        let f = v.get("fields")?;
+        (f.get("message")?.as_str()? == "heap after the full sync")
+            .then(|| Some((f.get("allocated_mib")?.as_u64()?, f.get("resident_mib")?.as_u64()?)))?
+    })
+}
+
 fn parse_synced(line: &str, at: Duration) -> Option<Synced> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     let f = v.get("fields")?;

@@ -65,6 +65,9 @@ pub struct Start {
     pub bytes: u64,
     /// The table state saved at the stop that followed: bytes and milliseconds.
     pub saved_state: Option<(u64, f64)>,
+    /// The agent's heap just after its first full sync, as its allocator counts it:
+    /// (allocated, resident) MiB. RSS is this plus the binary, stacks and freed pages.
+    pub heap_mib: Option<(u64, u64)>,
 }
 
 /// Both starts at one point.
@@ -153,7 +156,8 @@ pub fn start(
         watches: requests.iter().filter(|r| r.verb == Verb::Watch).count(),
         bytes: lab.server.bytes_sent() - bytes_before,
         saved_state: None,
+        heap_mib: None,
     };
     let log = agent.terminate()?;
-    Ok(Start { saved_state: agent::saved_state(&log), ..out })
+    Ok(Start { saved_state: agent::saved_state(&log), heap_mib: agent::heap_after_sync(&log), ..out })
 }
