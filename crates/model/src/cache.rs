@@ -212,10 +212,10 @@ impl ModelCache {
     pub fn remove_slice(&mut self, namespace: &str, name: &str) {
         if let Some(old) = self.slices.remove(&key(namespace, name)) {
             let owner = key(namespace, old.service_name());
-            if let Some(entry) = self.entries.get_mut(&owner) {
-                if entry.slices.iter().any(|n| **n == *name) {
-                    entry.slices = entry.slices.iter().filter(|n| ***n != *name).cloned().collect();
-                }
+            if let Some(entry) = self.entries.get_mut(&owner)
+                && entry.slices.iter().any(|n| **n == *name)
+            {
+                entry.slices = entry.slices.iter().filter(|n| ***n != *name).cloned().collect();
             }
             self.dirty.insert(owner);
         }

@@ -233,7 +233,7 @@ mod tests {
         for _ in 0..2000 {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let name = &names[(seed >> 33) as usize % names.len()];
-            if (seed >> 20) % 2 == 0 {
+            if (seed >> 20).is_multiple_of(2) {
                 match held.as_mut() {
                     Some(c) => c.insert(name),
                     None => held = Some(Contenders::One(name.clone())),
