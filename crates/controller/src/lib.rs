@@ -17,6 +17,7 @@ pub mod health;
 pub mod leftovers;
 pub mod manifests;
 mod manifests_json;
+mod manifests_yaml;
 pub mod metrics;
 mod restart;
 pub mod service_health;

@@ -83,7 +83,65 @@ pub(crate) fn manifest_problem(file: &str, doc: Option<usize>, message: String) 
 }
 
 /// Parses the documents of one file's text (`origin` names it in problems).
+///
+/// Documents are read by [`crate::manifests_yaml`] where they are in its subset and by
+/// serde_yaml where not; the result is always [`parse_into_with_serde_yaml`]'s. A document
+/// serde_yaml cannot read, or a split into documents that might not be libyaml's, sends the
+/// whole file to serde_yaml again, so syntax errors are reported (and end the file) as they were.
 pub fn parse_into(out: &mut Manifests, origin: &str, text: &str) {
+    let before = Lengths::of(out);
+    let read = crate::manifests_yaml::split(text).is_some_and(|docs| parse_documents(out, origin, text, &docs));
+    if !read {
+        before.truncate(out);
+        parse_into_with_serde_yaml(out, origin, text);
+    }
+}
+
+/// Reads each document fast or, failing that, alone with serde_yaml; false if the file must be
+/// read by serde_yaml whole.
+fn parse_documents(out: &mut Manifests, origin: &str, text: &str, docs: &[crate::manifests_yaml::Span]) -> bool {
+    for (i, span) in docs.iter().enumerate() {
+        let value = match span.body.clone().and_then(|body| crate::manifests_yaml::read(&text[body])) {
+            Some(value) => value,
+            None => {
+                let mut stream = serde_yaml::Deserializer::from_str(&text[span.whole.clone()]);
+                let Some(Ok(value)) = stream.next().map(serde_yaml::Value::deserialize) else { return false };
+                if stream.next().is_some() {
+                    return false;
+                }
+                value
+            }
+        };
+        // Not `is_null`: that also takes a tagged null (`!`), which serde_yaml's path reads as
+        // a document.
+        if value != serde_yaml::Value::Null {
+            add_object(out, origin, i, value);
+        }
+    }
+    true
+}
+
+/// How much a Manifests held before a file, to take the file's part back out.
+struct Lengths([usize; 5]);
+
+impl Lengths {
+    fn of(m: &Manifests) -> Self {
+        Lengths([m.services.len(), m.slices.len(), m.nodes.len(), m.service_cidrs.len(), m.problems.len()])
+    }
+
+    fn truncate(&self, m: &mut Manifests) {
+        let [services, slices, nodes, cidrs, problems] = self.0;
+        m.services.truncate(services);
+        m.slices.truncate(slices);
+        m.nodes.truncate(nodes);
+        m.service_cidrs.truncate(cidrs);
+        m.problems.truncate(problems);
+    }
+}
+
+/// Parses the documents of one file's text with serde_yaml alone: the reference
+/// [`parse_into`] must equal (public for the tests that check it).
+pub fn parse_into_with_serde_yaml(out: &mut Manifests, origin: &str, text: &str) {
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         match serde_yaml::Value::deserialize(doc) {
             Ok(serde_yaml::Value::Null) => {}

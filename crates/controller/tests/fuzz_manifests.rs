@@ -5,7 +5,7 @@
 //!
 //! Properties: nothing panics; an untouched document becomes exactly the object it was made
 //! from; whatever cannot be read is reported as a manifest problem that names the file, in one
-//! line. `PROPTEST_CASES` sets the number of cases (256 by default).
+//! line; the fast YAML reader changes nothing serde_yaml alone would read. `PROPTEST_CASES` sets the number of cases (256 by default).
 
 mod fuzz;
 
@@ -140,6 +140,24 @@ proptest! {
             prop_assert_eq!(objects(&m), expected(&values));
         }
         check_problems_and_use(&m, "fuzz.yaml")?;
+    }
+
+    /// The fast YAML reader, with serde_yaml where it gives a document up, reads every file
+    /// (damaged or not) exactly as serde_yaml alone does: objects, problems and their order.
+    #[test]
+    fn yaml_is_read_as_serde_yaml_alone_reads_it(
+        values in vec(object(), 0..4),
+        file in prop::sample::select(corpus()),
+        damage in damage(),
+    ) {
+        let docs: Vec<String> = values.iter().map(|v| serde_yaml::to_string(v).unwrap()).collect();
+        let corpus = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
+        for text in [apply(&docs.join("---\n"), &damage), apply(&corpus, &damage)] {
+            let (mut fast, mut reference) = (Manifests::default(), Manifests::default());
+            manifests::parse_into(&mut fast, "f.yaml", &text);
+            manifests::parse_into_with_serde_yaml(&mut reference, "f.yaml", &text);
+            prop_assert_eq!(format!("{:?}", fast), format!("{:?}", reference), "{:?}", text);
+        }
     }
 
     #[test]
