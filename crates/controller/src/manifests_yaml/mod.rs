@@ -13,7 +13,6 @@ use scalar::{double_quoted, flow_key, flow_plain_end, key, plain_block, resolve,
 use serde_yaml::{Mapping, Value};
 use std::ops::Range;
 
-#[path = "manifests_yaml_scalar.rs"]
 mod scalar;
 
 /// One document of a file, as libyaml counts them.
@@ -326,9 +325,7 @@ fn seq_item(s: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "manifests_yaml_writer.rs"]
 mod writer;
 
 #[cfg(test)]
-#[path = "manifests_yaml_tests.rs"]
 mod tests;
