@@ -89,18 +89,61 @@ pub(crate) fn manifest_problem(file: &str, doc: Option<usize>, message: String) 
 /// serde_yaml cannot read, or a split into documents that might not be libyaml's, sends the
 /// whole file to serde_yaml again, so syntax errors are reported (and end the file) as they were.
 pub fn parse_into(out: &mut Manifests, origin: &str, text: &str) {
+    parse_into_split(out, origin, text, PARALLEL_DOCUMENTS)
+}
+
+/// [`parse_into`], on two threads from `parallel_from` documents on.
+pub(crate) fn parse_into_split(out: &mut Manifests, origin: &str, text: &str, parallel_from: usize) {
     let before = Lengths::of(out);
-    let read = crate::manifests_yaml::split(text).is_some_and(|docs| parse_documents(out, origin, text, &docs));
+    let read =
+        crate::manifests_yaml::split(text).is_some_and(|docs| parse_halves(out, origin, text, &docs, parallel_from));
     if !read {
         before.truncate(out);
         parse_into_with_serde_yaml(out, origin, text);
     }
 }
 
+/// Above this many documents in a file, two threads read half of them each: an offline run
+/// of 100k Services waits for its manifests, and the second core is idle then.
+const PARALLEL_DOCUMENTS: usize = 20_000;
+
+/// [`parse_documents`] of the whole file, on two threads from `parallel_from` documents on.
+fn parse_halves(
+    out: &mut Manifests,
+    origin: &str,
+    text: &str,
+    docs: &[crate::manifests_yaml::Span],
+    parallel_from: usize,
+) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if docs.len() < parallel_from.max(2) || cores < 2 {
+        return parse_documents(out, origin, text, docs, 0);
+    }
+    let (first, second) = docs.split_at(docs.len() / 2);
+    let mut later = Manifests::default();
+    let (read_first, read_second) = std::thread::scope(|s| {
+        let other = s.spawn(|| parse_documents(&mut later, origin, text, second, first.len()));
+        let mine = parse_documents(out, origin, text, first, 0);
+        (mine, other.join().unwrap_or(false))
+    });
+    out.services.append(&mut later.services);
+    out.slices.append(&mut later.slices);
+    out.nodes.append(&mut later.nodes);
+    out.service_cidrs.append(&mut later.service_cidrs);
+    out.problems.append(&mut later.problems);
+    read_first && read_second
+}
+
 /// Reads each document fast or, failing that, alone with serde_yaml; false if the file must be
-/// read by serde_yaml whole.
-fn parse_documents(out: &mut Manifests, origin: &str, text: &str, docs: &[crate::manifests_yaml::Span]) -> bool {
-    for (i, span) in docs.iter().enumerate() {
+/// read by serde_yaml whole. `first` is the number of the first document in the file.
+fn parse_documents(
+    out: &mut Manifests,
+    origin: &str,
+    text: &str,
+    docs: &[crate::manifests_yaml::Span],
+    first: usize,
+) -> bool {
+    for (i, span) in docs.iter().enumerate().map(|(i, span)| (first + i, span)) {
         let value = match span.body.clone().and_then(|body| crate::manifests_yaml::read(&text[body])) {
             Some(value) => value,
             None => {
