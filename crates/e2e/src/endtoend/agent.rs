@@ -163,24 +163,25 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
     line[field.len()..].trim().trim_end_matches("kB").trim().parse().ok()
 }
 
-/// From the agent's log: the size (bytes) and time (ms) of the table state it saved at stop.
-pub fn saved_state(log: &str) -> Option<(u64, f64)> {
+/// The fields of the agent's first log line with this message.
+fn logged(log: &str, message: &str) -> Option<serde_json::Value> {
     log.lines().find_map(|line| {
         let v: serde_json::Value = serde_json::from_str(line).ok()?;
-        let f = v.get("fields")?;
-        (f.get("message")?.as_str()? == "saved the table state for the next start")
-            .then(|| Some((f.get("bytes")?.as_u64()?, f.get("ms")?.as_f64()?)))?
+        let fields = v.get("fields")?;
+        (fields.get("message")?.as_str()? == message).then(|| fields.clone())
     })
+}
+
+/// From the agent's log: the size (bytes) and time (ms) of the table state it saved at stop.
+pub fn saved_state(log: &str) -> Option<(u64, f64)> {
+    let f = logged(log, "saved the table state for the next start")?;
+    Some((f.get("bytes")?.as_u64()?, f.get("ms")?.as_f64()?))
 }
 
 /// From the agent's log: its heap (allocated, resident MiB) after its first full sync.
 pub fn heap_after_sync(log: &str) -> Option<(u64, u64)> {
-    log.lines().find_map(|line| {
-        let v: serde_json::Value = serde_json::from_str(line).ok()?;
-        let f = v.get("fields")?;
-        (f.get("message")?.as_str()? == "heap after the full sync")
-            .then(|| Some((f.get("allocated_mib")?.as_u64()?, f.get("resident_mib")?.as_u64()?)))?
-    })
+    let f = logged(log, "heap after the full sync")?;
+    Some((f.get("allocated_mib")?.as_u64()?, f.get("resident_mib")?.as_u64()?))
 }
 
 fn parse_synced(line: &str, at: Duration) -> Option<Synced> {
