@@ -80,9 +80,28 @@ fn wait_for(what: &str, agent: &Agent, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn manifests_dir(tag: &str) -> std::path::PathBuf {
+/// A test's manifests directory, with the agent's log and state beside it: removed when the
+/// test ends, pass or fail.
+struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(self.0.with_extension("state"));
+        let _ = std::fs::remove_file(self.0.with_extension("log"));
+    }
+}
+
+fn manifests_dir(tag: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("verdict-daemon-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("node.yaml"),
@@ -95,7 +114,7 @@ fn manifests_dir(tag: &str) -> std::path::PathBuf {
     )
     .unwrap();
     write_slice(&dir, "10.244.1.10", None);
-    dir
+    Scratch(dir)
 }
 
 fn write_slice(dir: &std::path::Path, ip: &str, trigger: Option<&str>) {
@@ -185,7 +204,6 @@ fn endpoints_metrics_signals_and_cleanup() {
         !ns.exec(&["nft", "list", "table", "inet", "kube-proxy"]).unwrap().status.success(),
         "the table must be gone"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -222,5 +240,4 @@ fn healthz_fails_while_the_table_cannot_be_written_and_recovers() {
     let _ = owner.wait();
     wait_for("healthz 200 after recovery", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
     assert!(table_lists(&ns, "10.244.1.10"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

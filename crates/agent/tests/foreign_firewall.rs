@@ -28,9 +28,13 @@ struct Agent {
 }
 
 impl Drop for Agent {
+    /// Stops the agent and removes its directory (kubeconfig, log, state), pass or fail.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = self.log.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
