@@ -8,12 +8,13 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use verdict_e2e::apilab::{ApiLab, labelled, load_balancer, node, service, slice};
 use verdict_e2e::endtoend::agent::{RunningAgent, saved_state};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
+use verdict_e2e::scratch::ScratchDir;
 
 const ENDPOINTS: [&str; 2] = ["10.0.1.1", "10.0.1.2"];
 const METRICS: &str = "127.0.0.1:10249";
@@ -153,7 +154,7 @@ fn wait_for_series(lab: &ApiLab, agent: &RunningAgent) -> Vec<(String, u64)> {
 
 /// The lab (a node and a client): `web` (2 endpoints), `empty` (none), `lb` (a load balancer open to
 /// 203.0.113.0/25 only), all counted, and `plain` (endpoints, not labelled).
-fn lab(tag: &str) -> (ApiLab, Netns, PathBuf) {
+fn lab(tag: &str) -> (ApiLab, Netns, ScratchDir) {
     let lab = ApiLab::new(tag).unwrap();
     endpoints(&lab.ns);
     let client = client(&lab.ns, tag);
@@ -167,8 +168,7 @@ fn lab(tag: &str) -> (ApiLab, Netns, PathBuf) {
     lab.server.apply(slice("ns1", "lb", &eps, None));
     lab.server.apply(service("ns1", "plain", "172.30.0.13", 80));
     lab.server.apply(slice("ns1", "plain", &eps, None));
-    let dir = std::env::temp_dir().join(format!("verdict-counters-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new(&format!("verdict-counters-{tag}")).unwrap();
     (lab, client, dir)
 }
 
@@ -224,7 +224,6 @@ fn accepted_connections_are_counted_once_each_and_survive_a_restart() {
     let agent = start(&lab, &dir, None);
     let restarted = wait_for_series(&lab, &agent);
     assert_eq!(value(&restarted, "ns1/web:http accepted"), Some(3), "counters reset by a restart: {restarted:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -244,7 +243,6 @@ fn connections_to_a_service_without_endpoints_are_counted_as_rejected() {
     assert_eq!(value(&after, "ns1/empty:http accepted"), Some(0), "{after:?}");
     assert_eq!(value(&after, "ns1/web:http rejected"), Some(0), "{after:?}");
     drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -267,7 +265,6 @@ fn connections_from_outside_the_source_ranges_are_counted_as_firewalled() {
     assert_eq!(value(&last, "ns1/lb:http accepted"), Some(1), "{last:?}");
     assert_eq!(value(&last, "ns1/lb:http firewalled"), Some(1), "{last:?}");
     drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -302,7 +299,6 @@ fn counters_survive_a_warm_restart_through_the_state_dir_which_writes_nothing() 
     let last = fresh(&lab, &second);
     assert_eq!(value(&last, "ns1/web:http accepted"), Some(3), "{last:?}");
     drop(second);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Waits until `id`'s series is `want` (`None`: absent).
@@ -343,5 +339,4 @@ fn series_follow_services_added_relabelled_and_deleted_while_running() {
     wait_for_value(&lab, &agent, "ns1/web:http accepted", None);
     wait_for_value(&lab, &agent, "ns1/web:http rejected", None);
     drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,5 +15,6 @@ pub mod privilege;
 pub mod probe;
 pub mod probe_cli;
 pub mod scenario;
+pub mod scratch;
 pub mod synth;
 pub mod topology;
