@@ -10,17 +10,23 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Service ports, one per name, in name order.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct ServicePorts(BTreeSet<ByName>);
 
-/// A port, compared by its name alone.
+/// Two tables are equal when their ports are, not only their names.
+impl PartialEq for ServicePorts {
+    fn eq(&self, other: &ServicePorts) -> bool {
+        self.len() == other.len() && self.values().zip(other.values()).all(|(a, b)| a == b)
+    }
+}
+
+/// A port, ordered and compared by its name alone (as the set needs).
 #[derive(Clone, Debug)]
 struct ByName(Arc<ServicePort>);
 
 impl PartialEq for ByName {
-    /// Equal ports, not only equal names: two tables of ports are equal when their ports are.
     fn eq(&self, other: &ByName) -> bool {
-        self.0 == other.0
+        self.0.name == other.0.name
     }
 }
 
