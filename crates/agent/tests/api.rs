@@ -6,16 +6,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
 use verdict_e2e::require_kernel;
+use verdict_e2e::scratch::ScratchDir;
 
 struct Agent {
     child: Child,
     log: std::path::PathBuf,
+    /// Its kubeconfig, log and state: removed after the agent is stopped.
+    _dir: ScratchDir,
 }
 
 impl Agent {
     fn start(lab: &ApiLab, tag: &str) -> Agent {
-        let dir = std::env::temp_dir().join(format!("verdict-api-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = ScratchDir::new(&format!("verdict-api-{tag}")).unwrap();
         let kubeconfig = dir.join("kubeconfig");
         lab.server.write_kubeconfig(&kubeconfig).unwrap();
         let log = dir.join("agent.log");
@@ -31,7 +33,7 @@ impl Agent {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        Agent { child, log }
+        Agent { child, log, _dir: dir }
     }
 
     fn wait(&self, what: &str, mut f: impl FnMut() -> bool) {
@@ -48,13 +50,9 @@ impl Agent {
 }
 
 impl Drop for Agent {
-    /// Stops the agent and removes its directory (kubeconfig, log, state), pass or fail.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some(dir) = self.log.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
+use verdict_e2e::scratch::ScratchDir;
 
 /// The agent process; killed on drop.
 struct Agent {
@@ -80,28 +81,11 @@ fn wait_for(what: &str, agent: &Agent, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// A test's manifests directory, with the agent's log and state beside it: removed when the
-/// test ends, pass or fail.
-struct Scratch(std::path::PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = std::path::Path;
-
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-        let _ = std::fs::remove_dir_all(self.0.with_extension("state"));
-        let _ = std::fs::remove_file(self.0.with_extension("log"));
-    }
-}
-
-fn manifests_dir(tag: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("verdict-daemon-{tag}-{}", std::process::id()));
+/// A test's manifests directory, inside a scratch directory that also holds the agent's log
+/// and state beside it (removed when the test ends, pass or fail).
+fn manifests_dir(tag: &str) -> (ScratchDir, std::path::PathBuf) {
+    let scratch = ScratchDir::new(&format!("verdict-daemon-{tag}")).unwrap();
+    let dir = scratch.join("manifests");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("node.yaml"),
@@ -114,7 +98,7 @@ fn manifests_dir(tag: &str) -> Scratch {
     )
     .unwrap();
     write_slice(&dir, "10.244.1.10", None);
-    Scratch(dir)
+    (scratch, dir)
 }
 
 fn write_slice(dir: &std::path::Path, ip: &str, trigger: Option<&str>) {
@@ -145,7 +129,7 @@ fn table_lists(ns: &Netns, needle: &str) -> bool {
 fn endpoints_metrics_signals_and_cleanup() {
     require_kernel!();
     let ns = Netns::new("daemon").unwrap();
-    let dir = manifests_dir("m");
+    let (_scratch, dir) = manifests_dir("m");
     let mut agent = Agent::start(&ns, &dir, &[]);
     wait_for("the first sync", &agent, || table_lists(&ns, "10.244.1.10"));
     assert_eq!(get(&ns, 10249, "/proxyMode"), Some((200, "nftables".into())));
@@ -210,7 +194,7 @@ fn endpoints_metrics_signals_and_cleanup() {
 fn healthz_fails_while_the_table_cannot_be_written_and_recovers() {
     require_kernel!();
     let ns = Netns::new("stuck").unwrap();
-    let dir = manifests_dir("s");
+    let (_scratch, dir) = manifests_dir("s");
     // Another program owns a table with our name: the kernel refuses our writes (EPERM).
     let mut owner = Command::new("ip")
         .args(["netns", "exec", ns.name(), "nft", "-i"])

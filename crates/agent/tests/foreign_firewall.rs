@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
 use verdict_e2e::require_kernel;
+use verdict_e2e::scratch::ScratchDir;
 
 const ENDPOINT: &str = "10.0.1.1";
 const CLUSTER_IP: &str = "172.30.0.10";
@@ -25,16 +26,14 @@ const FIREWALL: &str = "table inet hostfw {
 struct Agent {
     child: Child,
     log: std::path::PathBuf,
+    /// Its kubeconfig, log and state: removed after the agent is stopped.
+    _dir: ScratchDir,
 }
 
 impl Drop for Agent {
-    /// Stops the agent and removes its directory (kubeconfig, log, state), pass or fail.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some(dir) = self.log.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }
 
@@ -53,8 +52,7 @@ impl Agent {
 }
 
 fn start(lab: &ApiLab) -> Agent {
-    let dir = std::env::temp_dir().join(format!("verdict-fw-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("verdict-fw").unwrap();
     let kubeconfig = dir.join("kubeconfig");
     lab.server.write_kubeconfig(&kubeconfig).unwrap();
     let log = dir.join("agent.log");
@@ -68,7 +66,7 @@ fn start(lab: &ApiLab) -> Agent {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    Agent { child, log }
+    Agent { child, log, _dir: dir }
 }
 
 /// Connects to the ClusterIP from inside the namespace; the answer, or `None` on a timeout.
