@@ -14,7 +14,7 @@ use verdict_controller::health::{HealthReport, ProxyHealth};
 use verdict_controller::metrics as m;
 
 /// An answer: status, content type, body.
-type Reply = (u16, &'static str, String);
+pub type Reply = (u16, &'static str, String);
 
 fn health(report: HealthReport, counter: &'static str) -> Reply {
     metrics::counter!(counter, "code" => report.code.to_string()).increment(1);

@@ -5,7 +5,9 @@
 
 mod cli;
 mod commands;
+mod compat;
 mod config;
+mod conntrack_sysctl;
 mod counters;
 mod http;
 mod kube;
@@ -52,29 +54,43 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
-    match cli.log_format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Human => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    if let Command::Run(args) = &cli.command
+        && let Some(asked) = args.upstream.version.as_deref().filter(|v| *v != "false")
+    {
+        println!("{}", version_line(asked == "raw"));
+        return ExitCode::SUCCESS;
+    }
+    // The configuration is read before logging starts: it sets the log level and format.
+    let effective = match &cli.command {
+        Command::Render(a) => config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(r)), Some(e))),
+        Command::Explain(a) => {
+            config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(r)), Some(e)))
+        }
+        Command::Run(a) => config::RunConfig::from_args(a).map(|(r, e)| (Some(Prepared::Run(Box::new(r))), Some(e))),
+        Command::Cleanup(_) | Command::Trace(_) => Ok((None, None)),
+    };
+    let (prepared, effective) = match effective {
+        Ok(p) => p,
+        Err(e) => return usage(e),
+    };
+    let settings = effective.as_ref().map(|e| &e.settings);
+    init_logging(cli.log_format, settings);
+    for warning in effective.iter().flat_map(|e| &e.warnings) {
+        tracing::warn!("{warning}");
     }
     memory::return_freed_memory();
-    let result = match &cli.command {
-        Command::Render(args) => match config::RulesConfig::from_args(&args.rules) {
-            Ok(cfg) => commands::render::run(args, &cfg),
-            Err(e) => return usage(e),
+    let result = match (&cli.command, prepared) {
+        (Command::Render(args), Some(Prepared::Rules(cfg))) => commands::render::run(args, &cfg),
+        (Command::Explain(args), Some(Prepared::Rules(cfg))) => commands::explain::run(args, &cfg),
+        (Command::Run(args), Some(Prepared::Run(cfg))) => match (&args.upstream.write_config_to, &effective) {
+            (Some(path), Some(e)) => config::write_config(e, path)
+                .map(|()| tracing::info!(file = %path.display(), "wrote the configuration"))
+                .map_err(|err| anyhow::anyhow!("--write-config-to {}: {err}", path.display())),
+            _ => commands::run::run(*cfg),
         },
-        Command::Run(args) => match config::RunConfig::from_args(args) {
-            Ok(cfg) => commands::run::run(cfg),
-            Err(e) => return usage(e),
-        },
-        Command::Cleanup(args) => commands::cleanup::run(args),
-        Command::Explain(args) => match config::RulesConfig::from_args(&args.rules) {
-            Ok(cfg) => commands::explain::run(args, &cfg),
-            Err(e) => return usage(e),
-        },
-        Command::Trace(args) => commands::trace::run(args),
+        (Command::Cleanup(args), _) => commands::cleanup::run(args),
+        (Command::Trace(args), _) => commands::trace::run(args),
+        _ => unreachable!("each command is prepared above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -82,6 +98,37 @@ fn main() -> ExitCode {
             eprintln!("verdict: {e:#}");
             ExitCode::from(EXIT_FAILURE)
         }
+    }
+}
+
+/// A command's validated configuration.
+enum Prepared {
+    Rules(config::RulesConfig),
+    Run(Box<config::RunConfig>),
+}
+
+/// `--version`: kube-proxy prints `Kubernetes vX.Y.Z`; verdict says what it is.
+fn version_line(raw: bool) -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    match raw {
+        true => format!("verdict {version} (kube-proxy drop-in: nftables mode; {}/{})", std::env::consts::OS, std::env::consts::ARCH),
+        false => format!("verdict v{version} (kube-proxy drop-in)"),
+    }
+}
+
+/// `RUST_LOG` if set; else kube-proxy's `--v` (klog levels: 0-3 info, 4 debug, 5+ trace).
+fn init_logging(format: LogFormat, settings: Option<&config::Settings>) {
+    let level = match settings.map_or(0, |s| s.verbosity) {
+        0..=3 => "info",
+        4 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    match format == LogFormat::Json || settings.is_some_and(|s| s.log_json) {
+        true => builder.json().init(),
+        false => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
     }
 }
 

@@ -4,4 +4,5 @@ pub mod cleanup;
 pub mod explain;
 pub mod render;
 pub mod run;
+pub mod setup;
 pub mod trace;

@@ -1,6 +1,6 @@
 //! `verdict run`: the node agent.
 
-use crate::config::{RunConfig, Source};
+use crate::config::{Action, RunConfig, Source};
 use crate::counters::{CountedKeysPublisher, CounterReader, SharedKeys};
 use crate::http;
 use anyhow::{Context, Result, anyhow};
@@ -34,11 +34,33 @@ fn install_metrics() -> Result<PrometheusHandle> {
     Ok(handle)
 }
 
+/// Why the agent stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// SIGTERM or SIGINT.
+    Signalled,
+    /// The `--config` file changed.
+    ConfigChanged,
+    /// The sync loop returned (`--once`, or a fatal error).
+    SyncLoopEnded,
+}
+
 /// Runs the agent until SIGTERM/SIGINT (rules stay in place) or, with `--once`, one sync.
 pub fn run(mut cfg: RunConfig) -> Result<()> {
+    if cfg.action == Action::InitOnly {
+        // Upstream's split: a privileged init container writes what needs full root.
+        let failed = super::setup::conntrack(&cfg.settings.conntrack);
+        tracing::info!(failed, "--init-only: the privileged setup is done");
+        return Ok(());
+    }
     crate::privileges::ensure_net_admin()?;
-    if cfg.cleanup {
+    if cfg.action == Action::Cleanup {
         return super::cleanup::remove(&cfg.rules.table);
+    }
+    super::setup::announce(&cfg);
+    if !cfg.once {
+        super::setup::conntrack(&cfg.settings.conntrack);
+        super::setup::oom_score_adj(cfg.settings.oom_score_adj);
     }
     let prom = install_metrics()?;
     let health = Arc::new(ProxyHealth::new(cfg.sync_period * 2));
@@ -120,22 +142,31 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         }
     }
 
+    let config_file = cfg.config_file.clone().map(super::setup::ConfigFileWatch::new);
     let outcome = rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         loop {
             tokio::select! {
-                _ = term.recv() => return Ok::<bool, anyhow::Error>(true),
-                _ = tokio::signal::ctrl_c() => return Ok(true),
+                _ = term.recv() => return Ok::<Stop, anyhow::Error>(Stop::Signalled),
+                _ = tokio::signal::ctrl_c() => return Ok(Stop::Signalled),
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {
                     if syncer.is_finished() {
-                        return Ok(false);
+                        return Ok(Stop::SyncLoopEnded);
+                    }
+                    if config_file.as_ref().is_some_and(|w| w.changed()) {
+                        return Ok(Stop::ConfigChanged);
                     }
                 }
             }
         }
     })?;
-    if outcome {
-        tracing::info!("signalled: exiting, rules stay in place");
+    if outcome != Stop::SyncLoopEnded {
+        match outcome {
+            Stop::ConfigChanged => tracing::warn!(
+                "the --config file changed: exiting so that the agent restarts with it (as kube-proxy does); rules stay in place"
+            ),
+            _ => tracing::info!("signalled: exiting, rules stay in place"),
+        }
         // The sync loop saves the table's state for the next start; a sync in progress is
         // finished first, but a stop never waits on one for long.
         let _ = stop.send(verdict_controller::event::Event::Shutdown);
@@ -143,7 +174,10 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         while !syncer.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        return Ok(());
+        return match outcome {
+            Stop::ConfigChanged => Err(anyhow!("the configuration file was updated")),
+            _ => Ok(()),
+        };
     }
     match syncer.join() {
         Ok(Ok(())) => Ok(()),
@@ -166,16 +200,47 @@ async fn serve_endpoints(
             ),
             false => None,
         };
-        let bound = http::serve(addr, http::metrics_routes(prom, health.clone(), counters))
-            .await
-            .with_context(|| format!("serving metrics on {addr}"))?;
-        tracing::info!(%bound, "metrics: /metrics /proxyMode");
+        let routes = http::metrics_routes(prom, health.clone(), counters);
+        serve_or_retry(addr, routes, "metrics: /metrics /proxyMode", cfg.settings.bind_address_hard_fail).await?;
     }
     if let Some(addr) = cfg.healthz_addr {
-        let bound = http::serve(addr, http::health_routes(health))
-            .await
-            .with_context(|| format!("serving health on {addr}"))?;
-        tracing::info!(%bound, "health: /healthz /livez");
+        let routes = http::health_routes(health);
+        serve_or_retry(addr, routes, "health: /healthz /livez", cfg.settings.bind_address_hard_fail).await?;
     }
     Ok(())
+}
+
+/// How often a server whose port was busy tries again (upstream's 5 s).
+const BIND_RETRY: Duration = Duration::from_secs(5);
+
+/// Serves `routes` on `addr`. A port that cannot be bound fails the start with
+/// `bindAddressHardFail`; otherwise, as kube-proxy does, the agent proxies anyway and tries
+/// again every 5 s, with one line per failure.
+async fn serve_or_retry<R>(addr: std::net::SocketAddr, routes: R, what: &'static str, hard_fail: bool) -> Result<()>
+where
+    R: Fn(&str) -> http::Reply + Send + Sync + 'static,
+{
+    let routes = Arc::new(routes);
+    let first = routes.clone();
+    match http::serve(addr, move |path: &str| first(path)).await {
+        Ok(bound) => {
+            tracing::info!(%bound, "{what}");
+            Ok(())
+        }
+        Err(e) if hard_fail => Err(anyhow!("serving {what} on {addr}: {e} (bindAddressHardFail)")),
+        Err(e) => {
+            tracing::error!("serving {what} on {addr}: {e}; trying again every {BIND_RETRY:?} while proxying");
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(BIND_RETRY).await;
+                    let routes = routes.clone();
+                    match http::serve(addr, move |path: &str| routes(path)).await {
+                        Ok(bound) => return tracing::info!(%bound, "{what}"),
+                        Err(e) => tracing::error!("serving {what} on {addr}: {e}; trying again in {BIND_RETRY:?}"),
+                    }
+                }
+            });
+            Ok(())
+        }
+    }
 }

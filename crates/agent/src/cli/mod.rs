@@ -1,8 +1,13 @@
 //! What the user typed. Validation into a [`crate::config`] happens in `config`; flags left
-//! unset are `None`, so that a `--config` file can supply them (flags win over the file).
+//! unset are `None`, so that `config` knows which were given: with `--config`, kube-proxy's
+//! own flags are ignored but for a few (`config` says which, as upstream's `options.go` does),
+//! while verdict's own flags still apply.
+
+mod upstream;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+pub use upstream::UpstreamArgs;
 
 /// verdict: an nftables-native Kubernetes Service proxy.
 #[derive(Debug, Parser)]
@@ -62,9 +67,9 @@ pub struct RulesArgs {
     /// InternalIPs) or a comma-separated list of CIDRs.
     #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
     pub nodeport_addresses: Vec<String>,
-    /// Masquerade all traffic sent to ClusterIPs.
-    #[arg(long)]
-    pub masquerade_all: bool,
+    /// Masquerade all traffic sent to ClusterIPs (`--masquerade-all` or `=true|false`).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub masquerade_all: Option<bool>,
     /// The packet-mark bit (0-31) that asks for masquerading (default 14).
     #[arg(long, value_name = "BIT")]
     pub masquerade_bit: Option<i64>,
@@ -110,10 +115,12 @@ pub enum CountersMode {
 /// `verdict run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// A kubeconfig file (default: in-cluster configuration).
+    /// A kubeconfig file. Without one, `--master` names the API server and the pod's service
+    /// account authenticates; the `kubernetes` Service's ClusterIP is never used to reach it.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
-    /// The API server's address, overriding the kubeconfig's.
+    /// The API server's real address (e.g. `https://10.0.0.10:6443`), overriding the
+    /// kubeconfig's.
     #[arg(long, value_name = "URL")]
     pub master: Option<String>,
     /// Read Services, EndpointSlices and Nodes from YAML files in this directory instead of an
@@ -124,17 +131,19 @@ pub struct RunArgs {
     #[arg(long)]
     pub once: bool,
     /// Remove verdict's table (and kube-proxy's) and exit.
-    #[arg(long)]
-    pub cleanup: bool,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub cleanup: Option<bool>,
     /// At start, remove what upstream kube-proxy left behind in any mode (iptables KUBE-*
     /// chains, the `ip`/`ip6 kube-proxy` tables, IPVS state), as kube-proxy does when it
     /// switches modes.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub cleanup_leftovers: bool,
-    /// Where `/metrics` and `/proxyMode` are served (default 127.0.0.1:10249; empty: off).
+    /// Where `/metrics` and `/proxyMode` are served (default 127.0.0.1:10249; empty: off;
+    /// ignored with `--config`, as kube-proxy ignores it).
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_bind_address: Option<String>,
-    /// Where `/healthz` and `/livez` are served (default 0.0.0.0:10256; empty: off).
+    /// Where `/healthz` and `/livez` are served (default 0.0.0.0:10256; empty: off; ignored
+    /// with `--config`, as kube-proxy ignores it).
     #[arg(long, value_name = "IP:PORT")]
     pub healthz_bind_address: Option<String>,
     /// Minimum time between syncs (default 1s), e.g. `500ms`, `1s`, `1m`.
@@ -155,6 +164,9 @@ pub struct RunArgs {
     /// Rule flags.
     #[command(flatten)]
     pub rules: RulesArgs,
+    /// kube-proxy's other flags.
+    #[command(flatten)]
+    pub upstream: UpstreamArgs,
 }
 
 /// `verdict render`.

@@ -1,0 +1,227 @@
+//! verdict against kube-proxy, entry by entry: every flag of `kube-proxy --help` (Linux), every
+//! field of its v1alpha1 configuration and every metric it serves, each honoured, accepted
+//! without effect, or different, with why. docs/operations.md shows [`markdown`]'s output, and
+//! the tests below hold the table to the code (every flag parses, every field is read without
+//! a warning) and to upstream's lists in `crates/agent/tests/fixtures/upstream/`.
+
+/// How verdict treats one of kube-proxy's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// It does what kube-proxy does.
+    Honoured,
+    /// It is accepted (it parses, a bad value is refused), with no effect.
+    NoEffect,
+    /// It means something, not exactly what it means to kube-proxy.
+    Different,
+}
+
+impl Support {
+    fn word(self) -> &'static str {
+        match self {
+            Support::Honoured => "honoured",
+            Support::NoEffect => "accepted, no effect",
+            Support::Different => "different",
+        }
+    }
+}
+
+use Support::{Different, Honoured, NoEffect};
+
+/// One row: the name, how it is treated, and what that means.
+pub type Entry = (&'static str, Support, &'static str);
+
+const IGNORED_WITH_CONFIG: &str = "ignored with `--config`, as kube-proxy ignores it (verdict warns)";
+
+/// kube-proxy's flags (Linux).
+pub const FLAGS: &[Entry] = &[
+    ("--bind-address", Different, "its family picks the servers' default addresses (`[::]` for IPv6), as upstream; the node's primary IPs come from its Node object (a warning says so when an address is given)"),
+    ("--bind-address-hard-fail", Honoured, "a busy port exits the agent; without it the agent proxies and retries the bind every 5 s"),
+    ("--boot-id-file", NoEffect, "cadvisor's, registered by kube-proxy; verdict reads CPUs itself"),
+    ("--cleanup", Honoured, "deletes verdict's table and kube-proxy's leftovers (all modes), then exits"),
+    ("--cluster-cidr", Honoured, "pod networks, one per family"),
+    ("--config", Honoured, "v1alpha1 KubeProxyConfiguration; see the fields below"),
+    ("--config-sync-period", NoEffect, "verdict watches with bookmarks and relists on 410 Gone; the table is fully reconciled every sync period instead"),
+    ("--conntrack-max-per-core", Honoured, "nf_conntrack_max = max(this x CPUs, --conntrack-min); 0 leaves it"),
+    ("--conntrack-min", Honoured, "the floor of nf_conntrack_max"),
+    ("--conntrack-tcp-be-liberal", Honoured, "nf_conntrack_tcp_be_liberal = 1"),
+    ("--conntrack-tcp-timeout-close-wait", Honoured, "nf_conntrack_tcp_timeout_close_wait"),
+    ("--conntrack-tcp-timeout-established", Honoured, "nf_conntrack_tcp_timeout_established"),
+    ("--conntrack-udp-timeout", Honoured, "nf_conntrack_udp_timeout"),
+    ("--conntrack-udp-timeout-stream", Honoured, "nf_conntrack_udp_timeout_stream"),
+    ("--detect-local-mode", Honoured, "ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix"),
+    ("--feature-gates", NoEffect, "`Name=bool` pairs are checked; verdict has no gates (every Service behaviour it implements is on), so each gate gets one warning"),
+    ("--healthz-bind-address", Honoured, "empty turns the server off"),
+    ("--healthz-port", Honoured, "deprecated upstream; 0 turns the server off"),
+    ("--hostname-override", Honoured, "wins over the file's hostnameOverride, as upstream"),
+    ("--init-only", Honoured, "writes the conntrack sysctls and exits: for a privileged init container"),
+    ("--iptables-localhost-nodeports", NoEffect, "nftables has no localhost NodePorts (upstream's nftables mode neither)"),
+    ("--iptables-masquerade-bit", Honoured, "the masquerade bit when the mode is iptables, ipvs or empty"),
+    ("--iptables-min-sync-period", Honoured, "the minimum sync period unless the mode is ipvs"),
+    ("--iptables-sync-period", Honoured, "the sync period unless the mode is ipvs"),
+    ("--ipvs-exclude-cidrs", NoEffect, "verdict removes only kube-proxy's IPVS leftovers"),
+    ("--ipvs-min-sync-period", Honoured, "the minimum sync period when the mode is ipvs"),
+    ("--ipvs-scheduler", NoEffect, "verdict balances as nftables mode does (random, per connection)"),
+    ("--ipvs-strict-arp", NoEffect, "no IPVS dummy interface, no ARP to answer"),
+    ("--ipvs-sync-period", Honoured, "the sync period when the mode is ipvs"),
+    ("--ipvs-tcp-timeout", NoEffect, "IPVS's own timeouts; conntrack's apply"),
+    ("--ipvs-tcpfin-timeout", NoEffect, "IPVS's own timeouts; conntrack's apply"),
+    ("--ipvs-udp-timeout", NoEffect, "IPVS's own timeouts; conntrack's apply"),
+    ("--kube-api-burst", NoEffect, "checked; verdict's requests are a few long watches, lists at start and on 410, and Events"),
+    ("--kube-api-content-type", NoEffect, "verdict's client speaks JSON"),
+    ("--kube-api-qps", NoEffect, "checked; see --kube-api-burst"),
+    ("--kubeconfig", Honoured, "the API server and credentials"),
+    ("--log-flush-frequency", NoEffect, "verdict writes each line at once"),
+    ("--log-json-info-buffer-size", NoEffect, "klog's"),
+    ("--log-json-split-stream", NoEffect, "klog's; verdict logs to stderr"),
+    ("--log-text-info-buffer-size", NoEffect, "klog's"),
+    ("--log-text-split-stream", NoEffect, "klog's; verdict logs to stderr"),
+    ("--logging-format", Honoured, "`text` or `json` (verdict's `--log-format`)"),
+    ("--machine-id-file", NoEffect, "cadvisor's, registered by kube-proxy"),
+    ("--masquerade-all", Honoured, "masquerade everything sent to ClusterIPs"),
+    ("--master", Honoured, "the API server's real address; without a kubeconfig it is required (the `kubernetes` ClusterIP is never used)"),
+    ("--metrics-bind-address", Honoured, "empty turns the server off"),
+    ("--metrics-port", Honoured, "deprecated upstream; 0 turns the server off"),
+    ("--nodeport-addresses", Honoured, "`primary` (default), CIDRs"),
+    ("--oom-score-adj", Honoured, "written to /proc/self/oom_score_adj at start (-999 by default)"),
+    ("--pod-bridge-interface", Honoured, "for BridgeInterface"),
+    ("--pod-interface-name-prefix", Honoured, "for InterfaceNamePrefix"),
+    ("--profiling", NoEffect, "no /debug/pprof in verdict (use perf)"),
+    ("--proxy-mode", Different, "`nftables`; `iptables`, `ipvs` and empty run verdict in their place, with their settings (one log line says so); anything else exits 64"),
+    ("--show-hidden-metrics-for-version", NoEffect, "verdict hides no metric"),
+    ("--v", Honoured, "the log level: 0-3 info, 4 debug, 5 and more trace (`RUST_LOG` wins)"),
+    ("--version", Different, "prints verdict's version (`=raw`: with platform), not Kubernetes'"),
+    ("--vmodule", NoEffect, "klog's per-file levels; `RUST_LOG` does this for verdict"),
+    ("--write-config-to", Honoured, "writes the configuration in effect, defaults filled in, and exits"),
+];
+
+/// kube-proxy's configuration fields (v1alpha1). A zero value means upstream's default.
+pub const CONFIG_FIELDS: &[Entry] = &[
+    ("bindAddress", Different, "as `--bind-address`"),
+    ("bindAddressHardFail", Honoured, "as `--bind-address-hard-fail`"),
+    ("clientConnection.acceptContentTypes", NoEffect, "JSON"),
+    ("clientConnection.burst", NoEffect, "as `--kube-api-burst`"),
+    ("clientConnection.contentType", NoEffect, "JSON"),
+    ("clientConnection.kubeconfig", Honoured, "as `--kubeconfig`"),
+    ("clientConnection.qps", NoEffect, "as `--kube-api-qps`"),
+    ("clusterCIDR", Honoured, "as `--cluster-cidr`"),
+    ("configSyncPeriod", NoEffect, "as `--config-sync-period` (must be > 0 after defaults)"),
+    ("conntrack.maxPerCore", Honoured, "null: 32768; 0: leave nf_conntrack_max"),
+    ("conntrack.min", Honoured, "null: 131072"),
+    ("conntrack.tcpBeLiberal", Honoured, "as the flag"),
+    ("conntrack.tcpCloseWaitTimeout", Honoured, "null: 1h; 0s: leave"),
+    ("conntrack.tcpEstablishedTimeout", Honoured, "null: 24h; 0s: leave"),
+    ("conntrack.udpStreamTimeout", Honoured, "0s: leave"),
+    ("conntrack.udpTimeout", Honoured, "0s: leave"),
+    ("detectLocal.bridgeInterface", Honoured, "as the flag"),
+    ("detectLocal.interfaceNamePrefix", Honoured, "as the flag"),
+    ("detectLocalMode", Honoured, "empty: ClusterCIDR"),
+    ("enableProfiling", NoEffect, "as `--profiling`"),
+    ("featureGates", NoEffect, "as `--feature-gates`"),
+    ("healthzBindAddress", Honoured, "empty: 0.0.0.0:10256 (`[::]` with an IPv6 bindAddress); a port is added when missing"),
+    ("hostnameOverride", Honoured, "empty: the host name"),
+    ("iptables.localhostNodePorts", NoEffect, "as the flag"),
+    ("iptables.masqueradeAll", Honoured, "read when the mode is iptables, ipvs or empty"),
+    ("iptables.masqueradeBit", Honoured, "read when the mode is iptables, ipvs or empty (null: 14)"),
+    ("iptables.minSyncPeriod", Honoured, "read when the mode is iptables or empty (0s: 1s)"),
+    ("iptables.syncPeriod", Honoured, "read when the mode is iptables or empty (0s: 30s)"),
+    ("ipvs.excludeCIDRs", NoEffect, "as the flag"),
+    ("ipvs.minSyncPeriod", Honoured, "read when the mode is ipvs (no default: 0s syncs at once)"),
+    ("ipvs.scheduler", NoEffect, "as the flag"),
+    ("ipvs.strictARP", NoEffect, "as the flag"),
+    ("ipvs.syncPeriod", Honoured, "read when the mode is ipvs (0s: 30s)"),
+    ("ipvs.tcpFinTimeout", NoEffect, "as the flag"),
+    ("ipvs.tcpTimeout", NoEffect, "as the flag"),
+    ("ipvs.udpTimeout", NoEffect, "as the flag"),
+    ("logging.flushFrequency", NoEffect, "as `--log-flush-frequency`"),
+    ("logging.format", Honoured, "as `--logging-format`"),
+    ("logging.options.json.infoBufferSize", NoEffect, "klog's"),
+    ("logging.options.json.splitStream", NoEffect, "klog's"),
+    ("logging.options.text.infoBufferSize", NoEffect, "klog's"),
+    ("logging.options.text.splitStream", NoEffect, "klog's"),
+    ("logging.verbosity", Honoured, "as `--v` (the flag wins)"),
+    ("logging.vmodule", NoEffect, "as `--vmodule`"),
+    ("metricsBindAddress", Honoured, "empty: 127.0.0.1:10249 (`[::1]` with an IPv6 bindAddress)"),
+    ("mode", Different, "as `--proxy-mode`"),
+    ("nftables.masqueradeAll", Honoured, "read when the mode is nftables"),
+    ("nftables.masqueradeBit", Honoured, "read when the mode is nftables (null: 14)"),
+    ("nftables.minSyncPeriod", Honoured, "read when the mode is nftables (0s: 1s)"),
+    ("nftables.syncPeriod", Honoured, "read when the mode is nftables (0s: 30s)"),
+    ("nodePortAddresses", Honoured, "as `--nodeport-addresses`; unset: primary (nftables mode's default, where iptables mode's was every local address)"),
+    ("oomScoreAdj", Honoured, "null: -999"),
+    ("portRange", NoEffect, "the userspace proxy's, gone upstream"),
+    ("showHiddenMetricsForVersion", NoEffect, "as the flag"),
+    ("windowsRunAsService", NoEffect, "Windows only"),
+    ("winkernel.enableDSR", NoEffect, "Windows only"),
+    ("winkernel.forwardHealthCheckVip", NoEffect, "Windows only"),
+    ("winkernel.networkName", NoEffect, "Windows only"),
+    ("winkernel.rootHnsEndpointName", NoEffect, "Windows only"),
+    ("winkernel.sourceVip", NoEffect, "Windows only"),
+];
+
+/// kube-proxy's metrics.
+pub const METRICS: &[Entry] = &[
+    ("kubeproxy_conntrack_reconciler_deleted_entries_total", Honoured, "stale UDP flows deleted"),
+    ("kubeproxy_conntrack_reconciler_sync_duration_seconds", Honoured, "histogram, upstream's buckets"),
+    ("kubeproxy_iptables_ct_state_invalid_dropped_packets_total", NoEffect, "iptables mode's; not served"),
+    ("kubeproxy_iptables_localhost_nodeports_accepted_packets_total", NoEffect, "iptables mode's; not served"),
+    ("kubeproxy_network_programming_duration_seconds", Honoured, "from the EndpointSlice's trigger time to programmed"),
+    ("kubeproxy_proxy_healthz_total", Honoured, "by code"),
+    ("kubeproxy_proxy_livez_total", Honoured, "by code"),
+    ("kubeproxy_sync_full_proxy_rules_duration_seconds", Honoured, "syncs that render every Service"),
+    ("kubeproxy_sync_partial_proxy_rules_duration_seconds", Honoured, "syncs that render what changed"),
+    ("kubeproxy_sync_proxy_rules_duration_seconds", Honoured, "every sync"),
+    ("kubeproxy_sync_proxy_rules_endpoint_changes_pending", Honoured, "changes received, not yet programmed"),
+    ("kubeproxy_sync_proxy_rules_endpoint_changes_total", Honoured, ""),
+    ("kubeproxy_sync_proxy_rules_iptables_last", NoEffect, "iptables mode's; not served"),
+    ("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", NoEffect, "iptables mode's; not served"),
+    ("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", NoEffect, "iptables mode's; not served"),
+    ("kubeproxy_sync_proxy_rules_iptables_total", NoEffect, "iptables mode's; not served"),
+    ("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", Honoured, ""),
+    ("kubeproxy_sync_proxy_rules_last_timestamp_seconds", Honoured, ""),
+    ("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", Honoured, ""),
+    ("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", Honoured, "transactions the kernel refused"),
+    ("kubeproxy_sync_proxy_rules_no_local_endpoints_total", Honoured, "a gauge, by traffic_policy, as upstream"),
+    ("kubeproxy_sync_proxy_rules_service_changes_pending", Honoured, "changes received, not yet programmed"),
+    ("kubeproxy_sync_proxy_rules_service_changes_total", Honoured, ""),
+    ("process_cpu_seconds_total", Honoured, "from /proc/self"),
+    ("process_max_fds", Honoured, "from /proc/self"),
+    ("process_network_receive_bytes_total", NoEffect, "not served: the node's traffic, not the agent's"),
+    ("process_network_transmit_bytes_total", NoEffect, "not served: the node's traffic, not the agent's"),
+    ("process_open_fds", Honoured, "from /proc/self"),
+    ("process_resident_memory_bytes", Honoured, "from /proc/self"),
+    ("process_start_time_seconds", Honoured, "from /proc/self"),
+    ("process_virtual_memory_bytes", Honoured, "from /proc/self"),
+    ("process_virtual_memory_max_bytes", NoEffect, "not served"),
+    ("go_*", NoEffect, "Go runtime metrics: verdict is not Go (`verdict_heap_*` are the allocator's)"),
+    ("registered_metrics_total", NoEffect, "component-base's; not served"),
+    ("disabled_metrics_total", NoEffect, "component-base's; not served"),
+    ("hidden_metrics_total", NoEffect, "component-base's; not served"),
+    ("kubernetes_build_info", NoEffect, "not served (`--version` says verdict's)"),
+    ("kubernetes_feature_enabled", NoEffect, "not served: verdict has no gates"),
+    ("rest_client_*", NoEffect, "client-go's; not served"),
+];
+
+fn table(out: &mut String, title: &str, rows: &[Entry]) {
+    out.push_str(&format!("\n| {title} | | |\n|---|---|---|\n"));
+    for (name, support, note) in rows {
+        out.push_str(&format!("| `{name}` | {} | {note} |\n", support.word()));
+    }
+}
+
+/// The three tables as docs/operations.md shows them.
+pub fn markdown() -> String {
+    let mut out = String::new();
+    out.push_str("Generated from `crates/agent/src/compat.rs` and checked against it by its tests.\n");
+    out.push_str(&format!(
+        "With `--config`, kube-proxy's flags that set configuration fields are {IGNORED_WITH_CONFIG}; \
+         `--hostname-override`, the logging flags, `--master`, `--cleanup`, `--init-only` and \
+         `--write-config-to` still apply, and so do verdict's own flags.\n"
+    ));
+    table(&mut out, "flag", FLAGS);
+    table(&mut out, "configuration field", CONFIG_FIELDS);
+    table(&mut out, "metric", METRICS);
+    out
+}
+
+#[cfg(test)]
+mod tests;
