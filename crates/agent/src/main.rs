@@ -6,6 +6,7 @@
 mod cli;
 mod commands;
 mod config;
+mod conntrack_sysctl;
 mod counters;
 mod http;
 mod kube;
