@@ -7,7 +7,7 @@ use std::path::Path;
 use verdict_controller::sync::ProblemNotice;
 use verdict_model::ObjectKind;
 
-/// A client from a kubeconfig, or the in-cluster configuration; `master` overrides the server.
+/// A client from a kubeconfig, or the pod's service account; `master` overrides the server.
 pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<kube::Client> {
     let mut config = match kubeconfig {
         Some(path) => {
@@ -17,9 +17,15 @@ pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<k
                 .await
                 .with_context(|| format!("using kubeconfig {}", path.display()))?
         }
-        None => match master {
-            Some(m) => kube::Config::new(m.parse().with_context(|| format!("--master {m:?}"))?),
-            None => kube::Config::incluster().context("no --kubeconfig given and not running in a cluster")?,
+        // The pod's service account authenticates; `--master` (required here, see config)
+        // replaces the in-cluster address, which is the `kubernetes` Service's ClusterIP.
+        None => match kube::Config::incluster_dns() {
+            Ok(config) => config,
+            Err(e) => {
+                let m = master.context("no --kubeconfig and no --master")?;
+                tracing::info!("not in a pod ({e}): talking to {m} without service account credentials");
+                kube::Config::new(m.parse().with_context(|| format!("--master {m:?}"))?)
+            }
         },
     };
     if let Some(m) = master {

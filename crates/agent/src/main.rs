@@ -5,6 +5,7 @@
 
 mod cli;
 mod commands;
+#[cfg(test)]
 mod compat;
 mod config;
 mod conntrack_sysctl;
@@ -63,7 +64,9 @@ fn main() -> ExitCode {
     }
     // The configuration is read before logging starts: it sets the log level and format.
     let effective = match &cli.command {
-        Command::Render(a) => config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(r)), Some(e))),
+        Command::Render(a) => {
+            config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(r)), Some(e)))
+        }
         Command::Explain(a) => {
             config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(r)), Some(e)))
         }
@@ -112,7 +115,11 @@ enum Prepared {
 fn version_line(raw: bool) -> String {
     let version = env!("CARGO_PKG_VERSION");
     match raw {
-        true => format!("verdict {version} (kube-proxy drop-in: nftables mode; {}/{})", std::env::consts::OS, std::env::consts::ARCH),
+        true => format!(
+            "verdict {version} (kube-proxy drop-in: nftables mode; {}/{})",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        ),
         false => format!("verdict v{version} (kube-proxy drop-in)"),
     }
 }

@@ -21,10 +21,15 @@ fn names(text: &str, skip: impl Fn(&[&str]) -> bool) -> Vec<String> {
         .collect()
 }
 
+/// Whether a row names an upstream name: itself, or a family of them (`rest_client_*`).
+fn covers(row: &str, name: &str) -> bool {
+    row == name || row.strip_suffix('*').is_some_and(|prefix| name.starts_with(prefix))
+}
+
 fn same_names(what: &str, upstream: &[String], ours: &[Entry]) {
     let ours: Vec<&str> = ours.iter().map(|e| e.0).collect();
-    let missing: Vec<&String> = upstream.iter().filter(|n| !ours.contains(&n.as_str())).collect();
-    let stale: Vec<&&str> = ours.iter().filter(|n| !upstream.iter().any(|u| u == *n)).collect();
+    let missing: Vec<&String> = upstream.iter().filter(|n| !ours.iter().any(|r| covers(r, n))).collect();
+    let stale: Vec<&&str> = ours.iter().filter(|r| !upstream.iter().any(|u| covers(r, u))).collect();
     assert!(missing.is_empty() && stale.is_empty(), "{what}: not in the table: {missing:?}; not upstream's: {stale:?}");
     let mut sorted = ours.clone();
     sorted.dedup();
@@ -46,7 +51,9 @@ fn every_flag_in_the_table_parses_as_kube_proxy_spells_it() {
         assert!(run.get_arguments().any(|a| a.get_long() == Some(long)), "{flag} is not a flag of `verdict run`");
         let kind = upstream.lines().find_map(|l| l.strip_prefix(&format!("{flag}\t"))).unwrap_or("value");
         let spellings: Vec<Vec<String>> = match kind.split('\t').next() {
-            Some("optional-bool") => vec![vec![flag.to_string()], vec![format!("{flag}=false")], vec![format!("{flag}=true")]],
+            Some("optional-bool") => {
+                vec![vec![flag.to_string()], vec![format!("{flag}=false")], vec![format!("{flag}=true")]]
+            }
             _ => vec![vec![format!("{flag}=1")], vec![flag.to_string(), "1".into()]],
         };
         for spelling in spellings {
@@ -114,12 +121,18 @@ fn docs_show_the_table() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
     let docs = std::fs::read_to_string(&path).unwrap();
     let (begin, end) = ("<!-- compat:begin -->\n", "<!-- compat:end -->");
-    let (Some(b), Some(e)) = (docs.find(begin), docs.find(end)) else { panic!("no compat markers in {}", path.display()) };
+    let (Some(b), Some(e)) = (docs.find(begin), docs.find(end)) else {
+        panic!("no compat markers in {}", path.display())
+    };
     let want = markdown();
     if std::env::var_os("UPDATE_COMPAT").is_some() {
         let updated = format!("{}{begin}{want}{}", &docs[..b], &docs[e..]);
         std::fs::write(&path, updated).unwrap();
         return;
     }
-    assert_eq!(&docs[b + begin.len()..e], want, "docs/operations.md is stale: UPDATE_COMPAT=1 cargo test -p verdict-agent compat");
+    assert_eq!(
+        &docs[b + begin.len()..e],
+        want,
+        "docs/operations.md is stale: UPDATE_COMPAT=1 cargo test -p verdict-agent compat"
+    );
 }

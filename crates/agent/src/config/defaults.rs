@@ -3,7 +3,9 @@
 //! every field with its zero value. Applied to the file, or to an empty configuration before
 //! kube-proxy's flags are laid over it (so that a flag's zero, unlike the file's, is kept).
 
-use super::file::{ClientConnection, ConntrackSection, IptablesSection, IpvsSection, KubeProxyConfiguration, NftablesSection};
+use super::file::{
+    ClientConnection, ConntrackSection, IptablesSection, IpvsSection, KubeProxyConfiguration, NftablesSection,
+};
 use std::net::IpAddr;
 
 /// kube-proxy's health port (`ports.ProxyHealthzPort`).
@@ -118,9 +120,8 @@ mod tests {
 
     #[test]
     fn explicit_zero_conntrack_values_are_kept() {
-        let mut c = KubeProxyConfiguration::parse("conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s}\n")
-            .unwrap()
-            .config;
+        let mut c =
+            KubeProxyConfiguration::parse("conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s}\n").unwrap().config;
         apply(&mut c);
         let ct = c.conntrack.as_ref().unwrap();
         assert_eq!(ct.max_per_core, Some(0));

@@ -182,7 +182,7 @@ impl KubeProxyConfiguration {
         let config: KubeProxyConfiguration = match serde_yaml::from_str::<Value>(text) {
             // An empty file is a configuration with every default, as upstream decodes it.
             Ok(Value::Null) => KubeProxyConfiguration::default(),
-            Ok(value) => serde_ignored::deserialize(value, |path| unknown_fields.push(path.to_string()))
+            Ok(value) => serde_ignored::deserialize(value, |path| unknown_fields.push(dotted(&path)))
                 .map_err(|e| format!("not a KubeProxyConfiguration: {e}"))?,
             Err(e) => return Err(format!("not a KubeProxyConfiguration: {e}")),
         };
@@ -198,6 +198,11 @@ impl KubeProxyConfiguration {
         }
         Ok(Loaded { config, unknown_fields })
     }
+}
+
+/// `conntrack.typo`, without serde_ignored's `?` for each optional section passed through.
+fn dotted(path: &serde_ignored::Path) -> String {
+    path.to_string().split('.').filter(|p| *p != "?").collect::<Vec<_>>().join(".")
 }
 
 #[cfg(test)]

@@ -115,10 +115,14 @@ pub fn overlay_all(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &RunF
     set(&mut c.bind_address_hard_fail, &u.bind_address_hard_fail);
     // The deprecated port flags: 0 turns the server off, another port is added when the
     // address has none.
-    for (field, port) in [(&mut c.healthz_bind_address, u.healthz_port), (&mut c.metrics_bind_address, u.metrics_port)] {
+    for (field, port) in [(&mut c.healthz_bind_address, u.healthz_port), (&mut c.metrics_bind_address, u.metrics_port)]
+    {
         match port {
             Some(0) => *field = Some(String::new()),
-            Some(p) => *field = field.as_deref().map(|a| with_port(a, u16::try_from(p).unwrap_or(HEALTHZ_PORT.min(METRICS_PORT)))),
+            Some(p) => {
+                *field =
+                    field.as_deref().map(|a| with_port(a, u16::try_from(p).unwrap_or(HEALTHZ_PORT.min(METRICS_PORT))))
+            }
             None => {}
         }
     }
@@ -160,12 +164,15 @@ pub fn overlay_all(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &RunF
     // ones are upstream's generic ones, for every mode but ipvs.
     let ipvs = c.mode.as_deref().map(str::trim) == Some("ipvs");
     if !ipvs {
-        for section in [&mut c.iptables.get_or_insert_default().sync_period, &mut c.nftables.get_or_insert_default().sync_period] {
+        for section in
+            [&mut c.iptables.get_or_insert_default().sync_period, &mut c.nftables.get_or_insert_default().sync_period]
+        {
             set(section, &u.iptables_sync_period);
         }
-        for section in
-            [&mut c.iptables.get_or_insert_default().min_sync_period, &mut c.nftables.get_or_insert_default().min_sync_period]
-        {
+        for section in [
+            &mut c.iptables.get_or_insert_default().min_sync_period,
+            &mut c.nftables.get_or_insert_default().min_sync_period,
+        ] {
             set(section, &u.iptables_min_sync_period);
         }
     }

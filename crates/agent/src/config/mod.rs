@@ -73,7 +73,9 @@ impl Effective {
         defaults::apply(&mut config);
         if rules.config.is_some() {
             for flag in flags::given_field_flags(rules, run) {
-                warnings.push(format!("{flag} is ignored because --config is given (as kube-proxy does): set it in the file"));
+                warnings.push(format!(
+                    "{flag} is ignored because --config is given (as kube-proxy does): set it in the file"
+                ));
             }
             flags::overlay_always(&mut config, rules, run);
         } else {
@@ -214,9 +216,7 @@ fn service_counters(args: &RulesArgs) -> Result<ServiceCounters, ConfigError> {
 }
 
 /// `--detect-local-mode` and its companions (flags over the file), checked.
-fn detect_local(
-    (mode, bridge, prefix): &(String, Option<String>, Option<String>),
-) -> Result<DetectLocal, ConfigError> {
+fn detect_local((mode, bridge, prefix): &(String, Option<String>, Option<String>)) -> Result<DetectLocal, ConfigError> {
     let (bridge, prefix) = (bridge.clone(), prefix.clone());
     let named = |value: Option<String>, flag: &str| -> Result<String, ConfigError> {
         match value.map(|v| v.trim().to_string()) {

@@ -94,7 +94,9 @@ pub struct Settings {
 fn duration(field: &str, raw: Option<&str>) -> Result<Duration, ConfigError> {
     match raw.map(str::trim) {
         None | Some("") => Ok(Duration::ZERO),
-        Some(r) => parse_duration(r).ok_or_else(|| bad(format!("{field} {r:?} is not a duration (e.g. 500ms, 1s, 1m30s)"))),
+        Some(r) => {
+            parse_duration(r).ok_or_else(|| bad(format!("{field} {r:?} is not a duration (e.g. 500ms, 1s, 1m30s)")))
+        }
     }
 }
 
@@ -150,13 +152,20 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
         Some(h) => Some(h.trim().to_lowercase()),
     };
     let bind_raw = c.bind_address.as_deref().unwrap_or("0.0.0.0").trim();
-    let bind_address: IpAddr = bind_raw.parse().map_err(|_| bad(format!("--bind-address {bind_raw:?} is not an IP address")))?;
+    let bind_address: IpAddr =
+        bind_raw.parse().map_err(|_| bad(format!("--bind-address {bind_raw:?} is not an IP address")))?;
     let ct = c.conntrack.as_ref();
     let conntrack = ConntrackSettings {
         max_per_core: non_negative("conntrack.maxPerCore", ct.and_then(|c| c.max_per_core))?,
         min: non_negative("conntrack.min", ct.and_then(|c| c.min))?,
-        tcp_established_timeout: duration("conntrack.tcpEstablishedTimeout", ct.and_then(|c| c.tcp_established_timeout.as_deref()))?,
-        tcp_close_wait_timeout: duration("conntrack.tcpCloseWaitTimeout", ct.and_then(|c| c.tcp_close_wait_timeout.as_deref()))?,
+        tcp_established_timeout: duration(
+            "conntrack.tcpEstablishedTimeout",
+            ct.and_then(|c| c.tcp_established_timeout.as_deref()),
+        )?,
+        tcp_close_wait_timeout: duration(
+            "conntrack.tcpCloseWaitTimeout",
+            ct.and_then(|c| c.tcp_close_wait_timeout.as_deref()),
+        )?,
         tcp_be_liberal: ct.and_then(|c| c.tcp_be_liberal).unwrap_or(false),
         udp_timeout: duration("conntrack.udpTimeout", ct.and_then(|c| c.udp_timeout.as_deref()))?,
         udp_stream_timeout: duration("conntrack.udpStreamTimeout", ct.and_then(|c| c.udp_stream_timeout.as_deref()))?,
@@ -171,7 +180,11 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
         return Err(bad(format!("--kube-api-qps {qps} must not be negative")));
     }
     let api = ApiClient {
-        kubeconfig: cc.and_then(|c| c.kubeconfig.as_deref()).map(str::trim).filter(|k| !k.is_empty()).map(PathBuf::from),
+        kubeconfig: cc
+            .and_then(|c| c.kubeconfig.as_deref())
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(PathBuf::from),
         qps,
         burst: non_negative("--kube-api-burst", cc.and_then(|c| c.burst))?,
         content_type: cc.and_then(|c| c.content_type.clone()).unwrap_or_default(),
@@ -198,7 +211,14 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
         min_sync_period,
         masquerade_all: masquerade_all.unwrap_or(false),
         masquerade_bit: masquerade_bit.unwrap_or(14),
-        cluster_cidrs: c.cluster_cidr.as_deref().unwrap_or_default().split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        cluster_cidrs: c
+            .cluster_cidr
+            .as_deref()
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
         nodeport_addresses: c.node_port_addresses.clone().unwrap_or_default(),
         detect_local: (
             c.detect_local_mode.clone().unwrap_or_default(),
