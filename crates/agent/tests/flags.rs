@@ -83,42 +83,209 @@ fn bad_flags_exit_64_with_one_line() {
 #[test]
 fn bad_config_files_exit_64_with_one_line() {
     assert_usage(&["run", "--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml");
-    let ipvs = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n");
-    assert_usage(&["run", "--config", ipvs.path()], "mode \"ipvs\" is not supported");
+    let mode = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: userspace\n");
+    assert_usage(&["run", "--config", mode.path()], "mode \"userspace\" is not supported");
     let kind = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n");
     assert_usage(&["run", "--config", kind.path()], "kind \"KubeletConfiguration\"");
     let broken =
         config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nnftables: [\n");
     assert_usage(&["run", "--config", broken.path()], "not a KubeProxyConfiguration");
+    // A bad duration is refused in a section the mode does not read, too: upstream decodes all.
     let bad_period = config_file("kind: KubeProxyConfiguration\nhostnameOverride: n\nnftables:\n  syncPeriod: soon\n");
-    assert_usage(&["run", "--config", bad_period.path()], "\"soon\"");
+    assert_usage(&["run", "--config", bad_period.path()], "nftables.syncPeriod \"soon\"");
+    let typed = config_file("kind: KubeProxyConfiguration\nconntrack:\n  maxPerCore: many\n");
+    assert_usage(&["run", "--config", typed.path()], "not a KubeProxyConfiguration");
+}
+
+/// `verdict run ARGS --write-config-to FILE`: exit code, stderr, and the file written.
+fn written(args: &[&str]) -> (i32, String, serde_json::Value) {
+    let out = config_file("");
+    let mut all: Vec<&str> = ["run"].into();
+    all.extend(args);
+    let to = format!("--write-config-to={}", out.path());
+    all.push(&to);
+    let (code, stderr) = verdict(&all);
+    let text = std::fs::read_to_string(&out.0).unwrap_or_default();
+    let value: serde_json::Value = serde_yaml::from_str(&text).unwrap_or_default();
+    (code, stderr, value)
 }
 
 #[test]
-fn flags_override_the_file() {
-    // The file's bad sync period is overridden by a good flag, so only the (unreachable)
-    // kubeconfig is left to fail, later than validation: the error is no longer exit 64.
+fn kube_proxys_flags_are_honoured_without_a_config_file() {
+    let (code, stderr, c) = written(&[
+        "--v=2",
+        "--proxy-mode=nftables",
+        "--feature-gates=TopologyAwareHints=true,ServiceTrafficDistribution=false",
+        "--conntrack-max-per-core=0",
+        "--conntrack-min=1000",
+        "--conntrack-tcp-timeout-established=2h",
+        "--conntrack-tcp-timeout-close-wait=30m",
+        "--conntrack-tcp-be-liberal",
+        "--conntrack-udp-timeout=45s",
+        "--conntrack-udp-timeout-stream=150s",
+        "--oom-score-adj=-500",
+        "--bind-address=0.0.0.0",
+        "--kube-api-qps=50",
+        "--kube-api-burst",
+        "100",
+        "--kube-api-content-type=application/json",
+        "--iptables-sync-period=7s",
+        "--iptables-min-sync-period=500ms",
+        "--masquerade-all=true",
+        "--cluster-cidr=10.244.0.0/16",
+        "--hostname-override=Node-A",
+        "--metrics-bind-address=0.0.0.0:9999",
+        "--profiling=false",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(c["logging"]["verbosity"], 2);
+    assert_eq!(c["mode"], "nftables");
+    assert_eq!(c["featureGates"]["TopologyAwareHints"], true);
+    assert_eq!(c["featureGates"]["ServiceTrafficDistribution"], false);
+    let ct = &c["conntrack"];
+    assert_eq!((ct["maxPerCore"].as_i64(), ct["min"].as_i64()), (Some(0), Some(1000)));
+    assert_eq!((ct["tcpEstablishedTimeout"].as_str(), ct["tcpCloseWaitTimeout"].as_str()), (Some("2h"), Some("30m")));
+    assert_eq!(ct["tcpBeLiberal"], true);
+    assert_eq!((ct["udpTimeout"].as_str(), ct["udpStreamTimeout"].as_str()), (Some("45s"), Some("150s")));
+    assert_eq!(c["oomScoreAdj"], -500);
+    assert_eq!(c["clientConnection"]["qps"], 50.0);
+    assert_eq!(c["clientConnection"]["burst"], 100);
+    assert_eq!(c["clientConnection"]["contentType"], "application/json");
+    // The iptables flags are upstream's generic sync periods: nftables mode reads them too.
+    assert_eq!(c["nftables"]["syncPeriod"], "7s");
+    assert_eq!(c["nftables"]["minSyncPeriod"], "500ms");
+    assert_eq!(c["nftables"]["masqueradeAll"], true);
+    assert_eq!(c["clusterCIDR"], "10.244.0.0/16");
+    assert_eq!(c["hostnameOverride"], "Node-A");
+    assert_eq!(c["metricsBindAddress"], "0.0.0.0:9999");
+    assert_eq!(c["healthzBindAddress"], "0.0.0.0:10256", "the default stays");
+}
+
+#[test]
+fn the_mode_picks_the_section_and_its_flags() {
+    let (code, stderr, c) = written(&["--proxy-mode=ipvs", "--ipvs-sync-period=9s", "--iptables-sync-period=3s"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(c["ipvs"]["syncPeriod"], "9s");
+    assert_eq!(c["iptables"]["syncPeriod"], "30s", "--iptables-sync-period applies only when the mode is not ipvs");
+    let (code, stderr, c) = written(&["--ipvs-sync-period=9s", "--iptables-sync-period=3s"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(c["ipvs"]["syncPeriod"], "30s", "--ipvs-sync-period applies only in ipvs mode");
+    assert_eq!(c["iptables"]["syncPeriod"], "3s");
+}
+
+#[test]
+fn deprecated_ports_and_empty_addresses_turn_servers_off_only_from_flags() {
+    let (code, stderr, c) = written(&["--healthz-port=0", "--metrics-bind-address="]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(c["healthzBindAddress"], "");
+    assert_eq!(c["metricsBindAddress"], "");
+    // The file's empty addresses are upstream's defaults, not "off".
+    let file = config_file("kind: KubeProxyConfiguration\nhealthzBindAddress: \"\"\nmetricsBindAddress: \"\"\nbindAddress: \"::\"\n");
+    let (code, stderr, c) = written(&["--config", file.path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(c["healthzBindAddress"], "[::]:10256");
+    assert_eq!(c["metricsBindAddress"], "[::1]:10249");
+}
+
+#[test]
+fn with_a_config_file_the_file_wins_as_upstream_decides() {
     let file = config_file(
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nhostnameOverride: n\nmetricsBindAddress: \"\"\nhealthzBindAddress: \"\"\nnftables:\n  syncPeriod: soon\n",
+        "kind: KubeProxyConfiguration\nclusterCIDR: 10.1.0.0/16\nhostnameOverride: from-file\nlogging: {verbosity: 1}\n\
+         nftables: {syncPeriod: 12s}\nmode: nftables\nnoSuchField: 1\n",
     );
-    let (code, stderr) =
-        verdict(&["run", "--config", file.path(), "--sync-period", "30s", "--manifests", "/nonexistent-dir"]);
-    assert_eq!(code, 64, "{stderr}");
-    assert!(stderr.contains("--manifests /nonexistent-dir"), "the flag's value was used: {stderr}");
+    let (code, stderr, c) = written(&[
+        "--config",
+        file.path(),
+        "--cluster-cidr=10.2.0.0/16",
+        "--hostname-override=from-flag",
+        "--v=4",
+        "--conntrack-min=5",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(c["clusterCIDR"], "10.1.0.0/16", "kube-proxy's flag is ignored with --config");
+    assert_eq!(c["conntrack"]["min"], 131072);
+    assert_eq!(c["hostnameOverride"], "from-flag", "--hostname-override wins");
+    assert_eq!(c["logging"]["verbosity"], 4, "logging flags win");
+    assert_eq!(c["nftables"]["syncPeriod"], "12s");
+    for flag in ["--cluster-cidr is ignored because --config", "--conntrack-min is ignored because --config"] {
+        assert_eq!(stderr.matches(flag).count(), 1, "one warning for {flag}: {stderr}");
+    }
+    assert!(!stderr.contains("--hostname-override is ignored"), "{stderr}");
+    assert_eq!(stderr.matches("noSuchField is not a field").count(), 1, "{stderr}");
 }
 
 #[test]
-fn invoked_as_kube_proxy_it_runs() {
-    let dir = std::env::temp_dir().join(format!("verdict-kp-{}", std::process::id()));
+fn zero_values_mean_upstreams_defaults() {
+    let file = config_file(
+        "kind: KubeProxyConfiguration\nmode: \"\"\nconfigSyncPeriod: 0s\nhealthzBindAddress: \"\"\n\
+         iptables: {syncPeriod: 0s, minSyncPeriod: 0s, masqueradeBit: null}\n\
+         conntrack: {maxPerCore: null, min: null, tcpEstablishedTimeout: null, tcpCloseWaitTimeout: null, udpTimeout: 0s}\n",
+    );
+    let (code, stderr, c) = written(&["--config", file.path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!((c["iptables"]["syncPeriod"].as_str(), c["iptables"]["minSyncPeriod"].as_str()), (Some("30s"), Some("1s")));
+    assert_eq!(c["iptables"]["masqueradeBit"], 14);
+    assert_eq!(c["configSyncPeriod"], "15m0s");
+    assert_eq!(c["healthzBindAddress"], "0.0.0.0:10256");
+    assert_eq!(c["conntrack"]["maxPerCore"], 32768);
+    assert_eq!(c["conntrack"]["tcpEstablishedTimeout"], "24h0m0s");
+    assert_eq!(c["conntrack"]["udpTimeout"], "0s", "0s leaves the kernel's value");
+}
+
+#[test]
+fn bad_kube_proxy_flags_exit_64_with_one_line() {
+    assert_usage(&["run", "--feature-gates=Foo"], "--feature-gates \"Foo\"");
+    assert_usage(&["run", "--feature-gates=Foo=maybe"], "--feature-gates \"Foo=maybe\"");
+    assert_usage(&["run", "--proxy-mode=userspace"], "mode \"userspace\"");
+    assert_usage(&["run", "--oom-score-adj=2000"], "--oom-score-adj 2000");
+    assert_usage(&["run", "--logging-format=xml"], "--logging-format \"xml\"");
+    assert_usage(&["run", "--bind-address=nowhere"], "--bind-address \"nowhere\"");
+    assert_usage(&["run", "--conntrack-min=-1"], "conntrack.min -1");
+    assert_usage(&["run", "--conntrack-tcp-timeout-established=long"], "conntrack.tcpEstablishedTimeout \"long\"");
+    assert_usage(&["run", "--kube-api-qps=-1"], "--kube-api-qps");
+    assert_usage(&["run", "--masquerade-all", "false"], "false");
+    assert_usage(&["run", "--cleanup", "--init-only"], "cannot be combined");
+}
+
+#[test]
+fn without_a_kubeconfig_the_api_servers_real_address_is_required() {
+    assert_usage(&["run", "--hostname-override", "n"], "no API server address: set --master");
+    assert_usage(&["run", "--hostname-override", "n", "--master", "nowhere"], "--master \"nowhere\" is not a URL");
+    // With it, validation passes and the (unreachable) server is tried later: not exit 64.
+    let file = config_file("kind: KubeProxyConfiguration\nmetricsBindAddress: \"\"\nhealthzBindAddress: \"\"\n");
+    let (code, stderr, _) =
+        written(&["--config", file.path(), "--hostname-override", "n", "--master", "https://192.0.2.1:6443"]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+fn kube_proxy_link(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("verdict-kp-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("kube-proxy");
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_verdict"), &link).unwrap();
-    // kubeadm's invocation, with a config file that asks for ipvs: refused as `run` refuses it.
-    let ipvs = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n");
-    let out =
-        Command::new(&link).args([&format!("--config={}", ipvs.path()), "--hostname-override=node1"]).output().unwrap();
+    (dir, link)
+}
+
+#[test]
+fn invoked_as_kube_proxy_it_runs() {
+    let (dir, link) = kube_proxy_link("run");
+    let version = Command::new(&link).arg("--version").output().unwrap();
+    // kubeadm's invocation, with a config file kubeadm wrote: validated as `run` validates it.
+    let fixture = format!("{}/tests/fixtures/kubeadm/v1.37/config.conf", env!("CARGO_MANIFEST_DIR"));
+    let out = config_file("");
+    let written = Command::new(&link)
+        .args([&format!("--config={fixture}"), "--hostname-override=node1", &format!("--write-config-to={}", out.path())])
+        .output()
+        .unwrap();
+    let bad = config_file("kind: KubeProxyConfiguration\nmode: kernelspace\n");
+    let refused = Command::new(&link).args([&format!("--config={}", bad.path()), "--hostname-override=node1"]).output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("mode \"ipvs\""));
+    assert!(version.status.success() && String::from_utf8_lossy(&version.stdout).starts_with("verdict v"));
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    let c: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&out.0).unwrap()).unwrap();
+    assert_eq!(c["mode"], "iptables");
+    assert_eq!(c["clientConnection"]["kubeconfig"], "/var/lib/kube-proxy/kubeconfig.conf");
+    assert_eq!(refused.status.code(), Some(64), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("mode \"kernelspace\""));
 }

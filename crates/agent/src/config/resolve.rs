@@ -112,8 +112,38 @@ fn non_negative(field: &str, v: Option<i64>) -> Result<u32, ConfigError> {
     u32::try_from(v).map_err(|_| bad(format!("{field} {v} must be between 0 and {}", u32::MAX)))
 }
 
+/// Every duration in the file must be one, whichever section the mode reads: upstream
+/// decodes them all (a bad one fails the decode).
+fn check_durations(c: &KubeProxyConfiguration) -> Result<(), ConfigError> {
+    let ipt = c.iptables.as_ref();
+    let ipvs = c.ipvs.as_ref();
+    let nft = c.nftables.as_ref();
+    let ct = c.conntrack.as_ref();
+    let fields = [
+        ("iptables.syncPeriod", ipt.and_then(|s| s.sync_period.as_deref())),
+        ("iptables.minSyncPeriod", ipt.and_then(|s| s.min_sync_period.as_deref())),
+        ("ipvs.syncPeriod", ipvs.and_then(|s| s.sync_period.as_deref())),
+        ("ipvs.minSyncPeriod", ipvs.and_then(|s| s.min_sync_period.as_deref())),
+        ("ipvs.tcpTimeout", ipvs.and_then(|s| s.tcp_timeout.as_deref())),
+        ("ipvs.tcpFinTimeout", ipvs.and_then(|s| s.tcp_fin_timeout.as_deref())),
+        ("ipvs.udpTimeout", ipvs.and_then(|s| s.udp_timeout.as_deref())),
+        ("nftables.syncPeriod", nft.and_then(|s| s.sync_period.as_deref())),
+        ("nftables.minSyncPeriod", nft.and_then(|s| s.min_sync_period.as_deref())),
+        ("conntrack.tcpEstablishedTimeout", ct.and_then(|s| s.tcp_established_timeout.as_deref())),
+        ("conntrack.tcpCloseWaitTimeout", ct.and_then(|s| s.tcp_close_wait_timeout.as_deref())),
+        ("conntrack.udpTimeout", ct.and_then(|s| s.udp_timeout.as_deref())),
+        ("conntrack.udpStreamTimeout", ct.and_then(|s| s.udp_stream_timeout.as_deref())),
+        ("configSyncPeriod", c.config_sync_period.as_deref()),
+    ];
+    for (field, raw) in fields {
+        duration(field, raw)?;
+    }
+    Ok(())
+}
+
 /// Checks a defaulted configuration.
 pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
+    check_durations(c)?;
     let mode = match c.mode.as_deref().map(str::trim).unwrap_or_default() {
         "" | "iptables" => Mode::Iptables,
         "ipvs" => Mode::Ipvs,
