@@ -6,7 +6,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use verdict_model::{Cidr, DetectLocal, NodePortAddresses, ProxyConfig, ServiceCounters};
+use verdict_model::{Cidr, DetectLocal, ProxyConfig, ServiceCounters, parse_nodeport_addresses};
 
 /// Invalid configuration (exit code 64).
 #[derive(Debug)]
@@ -186,23 +186,9 @@ impl RulesConfig {
         } else {
             args.nodeport_addresses.clone()
         };
-        let np: Vec<&str> = np.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
-        let nodeport_addresses = match np.as_slice() {
-            [] | ["primary"] => NodePortAddresses::Primary,
-            list => {
-                let mut cidrs = Vec::new();
-                for raw in list {
-                    if *raw == "primary" {
-                        return Err(bad("--nodeport-addresses: `primary` cannot be combined with CIDRs"));
-                    }
-                    cidrs.push(
-                        Cidr::parse_tolerant(raw)
-                            .ok_or_else(|| bad(format!("--nodeport-addresses {raw:?} is not a CIDR")))?,
-                    );
-                }
-                NodePortAddresses::Cidrs(cidrs)
-            }
-        };
+        let np: Vec<&str> = np.iter().map(String::as_str).collect();
+        let nodeport_addresses =
+            parse_nodeport_addresses(&np).map_err(|e| bad(format!("--nodeport-addresses: {e}")))?;
         let nft = file.nftables.as_ref();
         let bit = args.masquerade_bit.or(nft.and_then(|n| n.masquerade_bit)).unwrap_or(14);
         if !(0..=31).contains(&bit) {

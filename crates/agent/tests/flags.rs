@@ -59,7 +59,7 @@ fn bad_flags_exit_64_with_one_line() {
         "must not exceed",
     );
     assert_usage(&["run", "--kubeconfig", "/nonexistent/kubeconfig", "--hostname-override", "n"], "no such file");
-    assert_usage(&["render", "--manifests", ".", "--nodeport-addresses", "primary,10.0.0.0/8"], "primary");
+    assert_usage(&["render", "--manifests", ".", "--nodeport-addresses", "primary,10.0.0.0/8,primary"], "`primary`");
     assert_usage(&["run", "--service-counters", "some", "--hostname-override", "n"], "--service-counters");
     assert_usage(
         &["run", "--service-counters-period", "soon", "--hostname-override", "n"],
