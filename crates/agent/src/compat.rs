@@ -109,7 +109,11 @@ pub const FLAGS: &[Entry] = &[
     ),
     ("--metrics-bind-address", Honoured, "empty turns the server off"),
     ("--metrics-port", Honoured, "deprecated upstream; 0 turns the server off"),
-    ("--nodeport-addresses", Honoured, "`primary` (default), CIDRs"),
+    (
+        "--nodeport-addresses",
+        Honoured,
+        "`primary` (default), `all` (every local address, also ones added later: `fib daddr type local`), CIDRs, or keywords and CIDRs mixed",
+    ),
     ("--oom-score-adj", Honoured, "written to /proc/self/oom_score_adj at start (-999 by default)"),
     ("--pod-bridge-interface", Honoured, "for BridgeInterface"),
     ("--pod-interface-name-prefix", Honoured, "for InterfaceNamePrefix"),
@@ -185,7 +189,7 @@ pub const CONFIG_FIELDS: &[Entry] = &[
     (
         "nodePortAddresses",
         Honoured,
-        "as `--nodeport-addresses`; unset: primary (nftables mode's default, where iptables mode's was every local address)",
+        "as `--nodeport-addresses`; unset: primary (nftables mode's default; iptables mode's was every local address, `[all]` here)",
     ),
     ("oomScoreAdj", Honoured, "null: -999"),
     ("portRange", NoEffect, "the userspace proxy's, gone upstream"),

@@ -65,10 +65,10 @@ fn main() -> ExitCode {
     // The configuration is read before logging starts: it sets the log level and format.
     let effective = match &cli.command {
         Command::Render(a) => {
-            config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(r)), Some(e)))
+            config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(Box::new(r))), Some(e)))
         }
         Command::Explain(a) => {
-            config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(r)), Some(e)))
+            config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(Box::new(r))), Some(e)))
         }
         Command::Run(a) => config::RunConfig::from_args(a).map(|(r, e)| (Some(Prepared::Run(Box::new(r))), Some(e))),
         Command::Cleanup(_) | Command::Trace(_) => Ok((None, None)),
@@ -107,7 +107,7 @@ fn main() -> ExitCode {
 
 /// A command's validated configuration.
 enum Prepared {
-    Rules(config::RulesConfig),
+    Rules(Box<config::RulesConfig>),
     Run(Box<config::RunConfig>),
 }
 

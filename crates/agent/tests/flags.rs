@@ -59,7 +59,7 @@ fn bad_flags_exit_64_with_one_line() {
         "must not exceed",
     );
     assert_usage(&["run", "--kubeconfig", "/nonexistent/kubeconfig", "--hostname-override", "n"], "no such file");
-    assert_usage(&["render", "--manifests", ".", "--nodeport-addresses", "primary,10.0.0.0/8"], "primary");
+    assert_usage(&["render", "--manifests", ".", "--nodeport-addresses", "primary,10.0.0.0/8,primary"], "`primary`");
     assert_usage(&["run", "--service-counters", "some", "--hostname-override", "n"], "--service-counters");
     assert_usage(
         &["run", "--service-counters-period", "soon", "--hostname-override", "n"],
@@ -83,7 +83,8 @@ fn bad_flags_exit_64_with_one_line() {
 #[test]
 fn bad_config_files_exit_64_with_one_line() {
     assert_usage(&["run", "--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml");
-    let mode = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: userspace\n");
+    let mode =
+        config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: userspace\n");
     assert_usage(&["run", "--config", mode.path()], "mode \"userspace\" is not supported");
     let kind = config_file("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n");
     assert_usage(&["run", "--config", kind.path()], "kind \"KubeletConfiguration\"");
@@ -180,7 +181,9 @@ fn deprecated_ports_and_empty_addresses_turn_servers_off_only_from_flags() {
     assert_eq!(c["healthzBindAddress"], "");
     assert_eq!(c["metricsBindAddress"], "");
     // The file's empty addresses are upstream's defaults, not "off".
-    let file = config_file("kind: KubeProxyConfiguration\nhealthzBindAddress: \"\"\nmetricsBindAddress: \"\"\nbindAddress: \"::\"\n");
+    let file = config_file(
+        "kind: KubeProxyConfiguration\nhealthzBindAddress: \"\"\nmetricsBindAddress: \"\"\nbindAddress: \"::\"\n",
+    );
     let (code, stderr, c) = written(&["--config", file.path()]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(c["healthzBindAddress"], "[::]:10256");
@@ -223,7 +226,10 @@ fn zero_values_mean_upstreams_defaults() {
     );
     let (code, stderr, c) = written(&["--config", file.path()]);
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!((c["iptables"]["syncPeriod"].as_str(), c["iptables"]["minSyncPeriod"].as_str()), (Some("30s"), Some("1s")));
+    assert_eq!(
+        (c["iptables"]["syncPeriod"].as_str(), c["iptables"]["minSyncPeriod"].as_str()),
+        (Some("30s"), Some("1s"))
+    );
     assert_eq!(c["iptables"]["masqueradeBit"], 14);
     assert_eq!(c["configSyncPeriod"], "15m0s");
     assert_eq!(c["healthzBindAddress"], "0.0.0.0:10256");
@@ -275,11 +281,16 @@ fn invoked_as_kube_proxy_it_runs() {
     let fixture = format!("{}/tests/fixtures/kubeadm/v1.37/config.conf", env!("CARGO_MANIFEST_DIR"));
     let out = config_file("");
     let written = Command::new(&link)
-        .args([&format!("--config={fixture}"), "--hostname-override=node1", &format!("--write-config-to={}", out.path())])
+        .args([
+            &format!("--config={fixture}"),
+            "--hostname-override=node1",
+            &format!("--write-config-to={}", out.path()),
+        ])
         .output()
         .unwrap();
     let bad = config_file("kind: KubeProxyConfiguration\nmode: kernelspace\n");
-    let refused = Command::new(&link).args([&format!("--config={}", bad.path()), "--hostname-override=node1"]).output().unwrap();
+    let refused =
+        Command::new(&link).args([&format!("--config={}", bad.path()), "--hostname-override=node1"]).output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(version.status.success() && String::from_utf8_lossy(&version.stdout).starts_with("verdict v"));
     assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
-use verdict_model::{ModelCache, NodePortAddresses, ObjectKind, ObjectRef, Problem};
+use verdict_model::{ModelCache, ObjectKind, ObjectRef, Problem};
 use verdict_nft::Transaction;
 use verdict_nft::netlink::monitor::MonitorGate;
 use verdict_nft::netlink::{CommitStats, Netlink, NetlinkError};
@@ -537,7 +537,7 @@ impl SyncLoop {
 
     fn sync(&mut self) -> SyncReport {
         let started = Instant::now();
-        if matches!(self.cache.model().config.nodeport_addresses, NodePortAddresses::Cidrs(_)) {
+        if self.cache.model().config.nodeport_addresses.reads_interfaces() {
             self.cache.set_local_addresses(local_addresses());
         }
         let rebuilt = self.cache.rebuild();

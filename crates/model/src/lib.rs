@@ -14,6 +14,7 @@ mod claims;
 mod endpoints;
 mod names;
 mod net;
+mod nodeport;
 mod packed;
 mod ports;
 mod problem;
@@ -26,10 +27,10 @@ pub use build::{
 };
 pub use cache::{ModelCache, PortChange, Rebuilt};
 pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
+pub use nodeport::{NodePortAddresses, NodePortAddressesError, parse_nodeport_addresses};
 pub use ports::ServicePorts;
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use types::{
-    DetectLocal, Endpoint, EndpointHints, EndpointSelection, EndpointTarget, NodeFacts, NodePortAddresses,
-    OutsideAccess, Picks, PodMatch, ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName, Targets,
-    TopologyHints,
+    DetectLocal, Endpoint, EndpointHints, EndpointSelection, EndpointTarget, NodeFacts, OutsideAccess, Picks, PodMatch,
+    ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName, Targets, TopologyHints,
 };

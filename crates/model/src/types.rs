@@ -1,6 +1,7 @@
 //! The model itself: what every Service port answers on, and where its traffic may go.
 
 use crate::net::{Cidr, IpFamily, Protocol};
+use crate::nodeport::NodePortAddresses;
 use crate::ports::ServicePorts;
 use std::fmt;
 use std::net::IpAddr;
@@ -33,31 +34,6 @@ impl ProxyModel {
         families.sort();
         families.dedup();
         if families.is_empty() { IpFamily::ALL.to_vec() } else { families }
-    }
-
-    /// The programmed families in which no node address accepts NodePort traffic (with
-    /// `--nodeport-addresses primary`: the Node lists no address of that family). Their
-    /// Services get ClusterIPs, external and load balancer IPs, but no NodePorts, as upstream.
-    pub fn families_without_nodeports(&self) -> Vec<IpFamily> {
-        let nodeport_ips = self.nodeport_ips();
-        self.families().into_iter().filter(|f| !nodeport_ips.iter().any(|ip| IpFamily::of(ip) == *f)).collect()
-    }
-
-    /// The node addresses that accept NodePort traffic, in order.
-    pub fn nodeport_ips(&self) -> Vec<IpAddr> {
-        let mut ips: Vec<IpAddr> = match &self.config.nodeport_addresses {
-            NodePortAddresses::Primary => self.node.primary_ips.clone(),
-            NodePortAddresses::Cidrs(cidrs) => self
-                .node
-                .addresses
-                .iter()
-                .filter(|ip| !ip.is_loopback() && cidrs.iter().any(|c| c.contains(ip)))
-                .copied()
-                .collect(),
-        };
-        ips.sort();
-        ips.dedup();
-        ips
     }
 
     /// The cluster CIDR of a family.
@@ -122,16 +98,6 @@ pub struct NodeFacts {
     pub zone: Option<String>,
     /// `spec.podCIDRs`.
     pub pod_cidrs: Vec<Cidr>,
-}
-
-/// Which node addresses accept NodePort traffic.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum NodePortAddresses {
-    /// The node's primary IPs (upstream's nftables default, `primary`).
-    #[default]
-    Primary,
-    /// Every node address inside one of these networks.
-    Cidrs(Vec<Cidr>),
 }
 
 /// How traffic from pods is told apart from other traffic (`--detect-local-mode`).

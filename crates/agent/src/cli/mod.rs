@@ -63,8 +63,10 @@ pub struct RulesArgs {
     /// masqueraded. Comma-separated or repeated.
     #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub cluster_cidr: Vec<String>,
-    /// Which node addresses accept NodePort traffic: `primary` (the default: the Node's
-    /// InternalIPs) or a comma-separated list of CIDRs.
+    /// Which node addresses accept NodePort traffic, comma-separated: CIDRs (the node addresses
+    /// inside them), `primary` (the Node's primary IPs; the default), `all` (every local
+    /// address, including ones added later), in any combination (the union). `0.0.0.0/0` or
+    /// `::/0` is `all` for its family.
     #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
     pub nodeport_addresses: Vec<String>,
     /// Masquerade all traffic sent to ClusterIPs (`--masquerade-all` or `=true|false`).

@@ -23,7 +23,7 @@ pub use resolve::{Mode, Settings};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use verdict_model::{Cidr, DetectLocal, NodePortAddresses, ProxyConfig, ServiceCounters};
+use verdict_model::{Cidr, DetectLocal, ProxyConfig, ServiceCounters, parse_nodeport_addresses};
 
 /// Invalid configuration (exit code 64).
 #[derive(Debug)]
@@ -130,23 +130,9 @@ impl RulesConfig {
             }
             cluster_cidrs.push(cidr);
         }
-        let np: Vec<&str> = s.nodeport_addresses.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
-        let nodeport_addresses = match np.as_slice() {
-            [] | ["primary"] => NodePortAddresses::Primary,
-            list => {
-                let mut cidrs = Vec::new();
-                for raw in list {
-                    if *raw == "primary" {
-                        return Err(bad("--nodeport-addresses: `primary` cannot be combined with CIDRs"));
-                    }
-                    cidrs.push(
-                        Cidr::parse_tolerant(raw)
-                            .ok_or_else(|| bad(format!("--nodeport-addresses {raw:?} is not a CIDR")))?,
-                    );
-                }
-                NodePortAddresses::Cidrs(cidrs)
-            }
-        };
+        let np: Vec<&str> = s.nodeport_addresses.iter().map(String::as_str).collect();
+        let nodeport_addresses =
+            parse_nodeport_addresses(&np).map_err(|e| bad(format!("--nodeport-addresses: {e}")))?;
         let bit = args.masquerade_bit.unwrap_or(s.masquerade_bit);
         if !(0..=31).contains(&bit) {
             return Err(bad(format!("--masquerade-bit {bit} is not a bit of a 32-bit mark (0-31)")));

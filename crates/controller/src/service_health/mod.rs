@@ -29,6 +29,6 @@ mod tests;
 
 impl crate::sync::AfterSync for ServiceHealthServer {
     fn after_sync(&mut self, model: &verdict_model::ProxyModel, _full: bool, _changes: &[verdict_model::PortChange]) {
-        self.sync(&health_targets(model), &model.nodeport_ips());
+        self.sync(&health_targets(model), &model.nodeport_listen_addresses());
     }
 }

@@ -246,3 +246,6 @@ fn base_chains(rs: &Ruleset, hook: Hook) -> Vec<&str> {
     chains.sort();
     chains.into_iter().map(|c| c.2).collect()
 }
+
+#[cfg(test)]
+mod tests;

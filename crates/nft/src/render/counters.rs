@@ -12,7 +12,7 @@
 //! - rejected: in `reject-chain`, where only no-endpoint elements go;
 //! - firewalled: in the port's firewall chain, just before its drop.
 
-use super::names::{NODEPORT_IPS, family_name};
+use super::names::family_name;
 use super::{Class, Sink};
 use crate::rule::build::in_set;
 use crate::rule::{Item, Rule, Selector};
@@ -104,13 +104,10 @@ pub fn count_address(outcome: Outcome, family: IpFamily) -> Rule {
     Rule::new(vec![in_set(&key, &set_name(outcome, Keyed::Address, family))])
 }
 
-/// The lookup that counts a connection to a NodePort; `guard` adds the `nodeport-ips` test
-/// for chains that also see traffic to Service addresses.
-pub fn count_node_port(outcome: Outcome, family: IpFamily, guard: bool) -> Rule {
-    let mut items: Vec<Item> = Vec::new();
-    if guard {
-        items.push(in_set(&[Selector::Daddr(family)], &family_name(NODEPORT_IPS, family)));
-    }
+/// The lookup that counts a connection to a NodePort; `guard` (the NodePort address test, or
+/// nothing) keeps out traffic to Service addresses in chains that also see it.
+pub fn count_node_port(outcome: Outcome, family: IpFamily, guard: Vec<Item>) -> Rule {
+    let mut items = guard;
     items.push(in_set(&[Selector::L4Proto, Selector::ThDport], &set_name(outcome, Keyed::NodePort, family)));
     Rule::new(items)
 }

@@ -245,7 +245,7 @@ impl Class {
         if counting {
             let count = match self.kind {
                 ClassKind::Address => counters::count_address(counters::Outcome::Accepted, self.family),
-                ClassKind::NodePort => counters::count_node_port(counters::Outcome::Accepted, self.family, false),
+                ClassKind::NodePort => counters::count_node_port(counters::Outcome::Accepted, self.family, Vec::new()),
             };
             chain.rules.insert(0, count);
         }

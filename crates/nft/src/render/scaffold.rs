@@ -7,7 +7,8 @@ use super::{addr_key, addr_vmap, port_vmap};
 use crate::rule::build::*;
 use crate::rule::{Item, Match, Op, Reject, Rule, Selector, Stmt, Value, encode_concat};
 use crate::ruleset::{Chain, ChainKind, Datatype, Elem, Hook, KeySpec, Ruleset, Set, SetDecl};
-use verdict_model::{IpFamily, PodMatch, ProxyModel};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use verdict_model::{Cidr, IpFamily, PodMatch, ProxyModel};
 
 /// Priorities of the hook contract (docs/design.md): the source-range firewall before DNAT,
 /// DNAT at dstnat, no-endpoint checks at filter, masquerade at srcnat.
@@ -24,6 +25,27 @@ pub(crate) fn pod_item(pod: &PodMatch, family: IpFamily, op: Op) -> Item {
             Item::Match(Match::Cmp { left: Selector::IifName, op, right: Value::Ifname(name.clone()) })
         }
         PodMatch::InterfacePrefix(p) => Item::Match(Match::IfnamePrefix { op, prefix: p.clone() }),
+    }
+}
+
+/// The matches for "the destination accepts NodePort traffic" in family `f`: an address of
+/// `nodeport-ips`, or, when every local address does, upstream's `fib daddr type local` with
+/// loopback left out (localhost NodePorts are not supported). The `fib` test follows the
+/// node's addresses as they change, with no resync.
+pub(crate) fn to_nodeport_address(model: &ProxyModel, f: IpFamily) -> Vec<Item> {
+    if model.config.nodeport_addresses.all_local(f) {
+        vec![is(Selector::FibDaddrType, Value::Local), not_loopback(f)]
+    } else {
+        vec![in_set(&[Selector::Daddr(f)], &family_name(NODEPORT_IPS, f))]
+    }
+}
+
+/// `ip daddr != 127.0.0.0/8`, `ip6 daddr != ::1`: upstream's words, which also tie a `fib`
+/// rule to its family in the one `inet` table.
+fn not_loopback(f: IpFamily) -> Item {
+    match f {
+        IpFamily::V4 => in_net(Selector::Daddr(f), Op::Neq, Cidr::new(Ipv4Addr::LOCALHOST.into(), 8).expect("/8")),
+        IpFamily::V6 => is_not(Selector::Daddr(f), Value::Addr(Ipv6Addr::LOCALHOST.into())),
     }
 }
 
@@ -46,11 +68,14 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
             rs,
             SetDecl::set(&family_name(CLUSTER_IPS, f), KeySpec::Type(vec![ip_type])).with_comment("Active ClusterIPs"),
         );
-        declare(
-            rs,
-            SetDecl::set(&family_name(NODEPORT_IPS, f), KeySpec::Type(vec![ip_type]))
-                .with_comment("IPs that accept NodePort traffic"),
-        );
+        // Upstream deletes `nodeport-ips` when every local address accepts NodePorts.
+        if !model.config.nodeport_addresses.all_local(f) {
+            declare(
+                rs,
+                SetDecl::set(&family_name(NODEPORT_IPS, f), KeySpec::Type(vec![ip_type]))
+                    .with_comment("IPs that accept NodePort traffic"),
+            );
+        }
         declare(rs, addr_vmap(SERVICE_IPS, f, "ClusterIP, ExternalIP and LoadBalancer IP traffic"));
         declare(rs, port_vmap(SERVICE_NODEPORTS, f, "NodePort traffic"));
         declare(rs, addr_vmap(NO_ENDPOINT_SERVICES, f, "vmap to drop or reject packets to services with no endpoints"));
@@ -129,10 +154,9 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
         services.push(Rule::new(vec![vmap(&addr_key(f), &family_name(SERVICE_IPS, f))]));
     }
     for &f in families {
-        services.push(Rule::new(vec![
-            in_set(&[Selector::Daddr(f)], &family_name(NODEPORT_IPS, f)),
-            vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(SERVICE_NODEPORTS, f)),
-        ]));
+        let mut rule = to_nodeport_address(model, f);
+        rule.push(vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(SERVICE_NODEPORTS, f)));
+        services.push(Rule::new(rule));
     }
     chain(rs, Chain::regular(SERVICES, services));
 
@@ -158,10 +182,15 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     let nodeport_checks = families
         .iter()
         .map(|&f| {
-            Rule::new(vec![
-                in_set(&[Selector::Daddr(f)], &family_name(NODEPORT_IPS, f)),
-                vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(NO_ENDPOINT_NODEPORTS, f)),
-            ])
+            // Only the input hook jumps here: the destination is local already, so upstream
+            // leaves out the `fib` test and keeps the loopback exclusion.
+            let mut rule = if model.config.nodeport_addresses.all_local(f) {
+                vec![not_loopback(f)]
+            } else {
+                to_nodeport_address(model, f)
+            };
+            rule.push(vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(NO_ENDPOINT_NODEPORTS, f)));
+            Rule::new(rule)
         })
         .collect();
     chain(rs, Chain::regular(NODEPORT_ENDPOINTS_CHECK, nodeport_checks));
@@ -192,7 +221,7 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
             }
             // Only no-endpoint elements lead here: a hit is a rejected connection.
             reject.push(counters::count_address(Outcome::Rejected, f));
-            reject.push(counters::count_node_port(Outcome::Rejected, f, true));
+            reject.push(counters::count_node_port(Outcome::Rejected, f, to_nodeport_address(model, f)));
         }
     }
     reject.push(Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))]));

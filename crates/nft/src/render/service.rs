@@ -106,7 +106,8 @@ impl<'a> PortView<'a> {
         }
         let mut rules = vec![counters::count_address(Outcome::Accepted, self.family)];
         if self.port.node_port.is_some() {
-            rules.push(counters::count_node_port(Outcome::Accepted, self.family, true));
+            let guard = super::scaffold::to_nodeport_address(self.model, self.family);
+            rules.push(counters::count_node_port(Outcome::Accepted, self.family, guard));
         }
         rules
     }

@@ -1,0 +1,99 @@
+//! NodePorts on every local address (`--nodeport-addresses all`) as the interpreter sees them.
+
+use super::*;
+use crate::render::{RenderOptions, render};
+use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
+use verdict_model::{BuildOutput, NodePortAddresses, ProxyConfig, build_model, parse_nodeport_addresses};
+
+/// A NodePort Service (30080) with one endpoint (or none), on a node whose Node object lists
+/// only 192.168.0.2 and fd00::2.
+fn table(nodeport_addresses: &[&str], endpoints: bool) -> Ruleset {
+    let config =
+        ProxyConfig { nodeport_addresses: parse_nodeport_addresses(nodeport_addresses).unwrap(), ..Default::default() };
+    let node = Node {
+        name: "n1".into(),
+        addresses: vec![("InternalIP".into(), "192.168.0.2".into()), ("InternalIP".into(), "fd00::2".into())],
+        ..Node::default()
+    };
+    let svc = Service {
+        namespace: "ns".into(),
+        name: "np".into(),
+        service_type: "NodePort".into(),
+        cluster_ips: vec!["172.30.0.42".into(), "fd00:96::42".into()],
+        ports: vec![ServicePortSpec { name: "http".into(), protocol: "TCP".into(), port: 80, node_port: Some(30080) }],
+        ..Service::default()
+    };
+    let slice = |family: &str, addr: &str| EndpointSlice {
+        namespace: "ns".into(),
+        name: format!("np-{family}"),
+        service_name: "np".into(),
+        address_type: family.into(),
+        ports: vec![EndpointPort { name: "http".into(), protocol: "TCP".into(), port: Some(8080) }],
+        endpoints: vec![Endpoint { addresses: vec![addr.into()], ..Endpoint::default() }],
+        trigger_time: None,
+    };
+    let slices = if endpoints { vec![slice("IPv4", "10.180.0.2"), slice("IPv6", "fd00:180::2")] } else { vec![] };
+    let BuildOutput { model, problems } = build_model(config, "n1", Some(&node), &[], &[svc], &slices);
+    assert!(problems.is_empty(), "{problems:?}");
+    render(&model, &RenderOptions::default())
+}
+
+/// The node's addresses include ones its Node object does not list (added after the table was
+/// written).
+fn host() -> Host {
+    let local = ["192.168.0.2", "192.168.9.9", "127.0.0.1", "fd00::2", "2001:db8::9", "::1"];
+    Host { local_addresses: local.iter().map(|a| a.parse().unwrap()).collect() }
+}
+
+fn to(rs: &Ruleset, dst: &str) -> Summary {
+    let src = if dst.contains(':') { "2001:db8:50::100" } else { "203.0.113.7" };
+    let packet = Packet {
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        protocol: Protocol::Tcp,
+        dport: 30080,
+        in_interface: None,
+    };
+    explain(rs, &packet, &host()).summary()
+}
+
+fn dnat_to(ep: &str) -> Summary {
+    Summary::Endpoints { endpoints: [ep.parse().unwrap()].into(), masquerade: [true].into() }
+}
+
+#[test]
+fn all_answers_on_every_local_address_of_both_families() {
+    assert_eq!(parse_nodeport_addresses(&["all"]), Ok(NodePortAddresses::All));
+    let rs = table(&["all"], true);
+    for dst in ["192.168.0.2", "192.168.9.9"] {
+        assert_eq!(to(&rs, dst), dnat_to("10.180.0.2:8080"), "{dst}");
+    }
+    for dst in ["fd00::2", "2001:db8::9"] {
+        assert_eq!(to(&rs, dst), dnat_to("[fd00:180::2]:8080"), "{dst}");
+    }
+    // Not on loopback, and not on an address that is not the node's.
+    assert_eq!(to(&rs, "127.0.0.1"), Summary::NotHandled { masquerade: false });
+    assert_eq!(to(&rs, "198.51.100.1"), Summary::NotHandled { masquerade: false });
+}
+
+#[test]
+fn all_without_endpoints_rejects_on_every_local_address() {
+    let rs = table(&["all"], false);
+    assert_eq!(to(&rs, "192.168.9.9"), Summary::Reject);
+    assert_eq!(to(&rs, "2001:db8::9"), Summary::Reject);
+}
+
+#[test]
+fn a_family_wide_cidr_covers_its_family_only() {
+    let rs = table(&["0.0.0.0/0", "primary"], true);
+    assert_eq!(to(&rs, "192.168.9.9"), dnat_to("10.180.0.2:8080"));
+    assert_eq!(to(&rs, "fd00::2"), dnat_to("[fd00:180::2]:8080"), "IPv6 keeps the primary IP");
+    assert_eq!(to(&rs, "2001:db8::9"), Summary::NotHandled { masquerade: false });
+}
+
+#[test]
+fn primary_does_not_answer_on_other_local_addresses() {
+    let rs = table(&["primary"], true);
+    assert_eq!(to(&rs, "192.168.0.2"), dnat_to("10.180.0.2:8080"));
+    assert_eq!(to(&rs, "192.168.9.9"), Summary::NotHandled { masquerade: false });
+}
