@@ -284,8 +284,12 @@ pub struct RunConfig {
 /// proxy programs: a node without kube-proxy could otherwise never start verdict.
 fn api_source(kubeconfig: Option<PathBuf>, master: Option<String>) -> Result<Source, ConfigError> {
     let master = master.map(|m| m.trim().to_string()).filter(|m| !m.is_empty());
+    let is_url = |m: &str| {
+        m.parse::<hyper::Uri>()
+            .is_ok_and(|u| matches!(u.scheme_str(), Some("https" | "http")) && u.host().is_some_and(|h| !h.is_empty()))
+    };
     if let Some(m) = &master
-        && m.parse::<hyper::Uri>().ok().and_then(|u| u.host().map(str::to_string)).is_none()
+        && !is_url(m)
     {
         return Err(bad(format!("--master {m:?} is not a URL (e.g. https://10.0.0.10:6443)")));
     }
