@@ -12,6 +12,7 @@ mod kube;
 mod memory;
 mod platform;
 mod privileges;
+mod process_metrics;
 mod source;
 
 use clap::Parser;
