@@ -12,6 +12,7 @@ pub mod decode;
 pub mod dir;
 pub mod drift;
 pub mod event;
+pub mod family_metrics;
 pub mod firewalls;
 pub mod health;
 pub mod leftovers;
