@@ -14,6 +14,7 @@ pub mod drift;
 pub mod event;
 pub mod family_metrics;
 pub mod firewalls;
+pub mod foreign_proxy;
 pub mod health;
 pub mod leftovers;
 pub mod manifests;

@@ -52,6 +52,9 @@ pub const TX_BYTES: &str = "verdict_sync_transaction_bytes";
 pub const RENDERED_PORTS: &str = "verdict_sync_rendered_service_ports";
 /// Input verdict cannot program, by reason (gauge: currently present).
 pub const PROBLEMS: &str = "verdict_input_problems";
+/// Another proxy's Service rules on this node, by `what` (gauge: 1 while present; see
+/// `crate::foreign_proxy`).
+pub const FOREIGN_PROXY: &str = "verdict_foreign_proxy_detected";
 /// Base chains of other tables that drop what they do not accept, on hooks Service traffic
 /// passes (gauge; see `crate::firewalls`).
 pub const FOREIGN_DROP_CHAINS: &str = "verdict_foreign_drop_chains";
@@ -141,6 +144,7 @@ pub fn describe() {
     describe_histogram!(TX_BYTES, metrics::Unit::Bytes, "Bytes sent by each nftables transaction");
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
+    describe_gauge!(FOREIGN_PROXY, "Another proxy's Service rules on this node (1 while present), by what was found");
     describe_gauge!(
         FOREIGN_DROP_CHAINS,
         "Base chains of other nftables tables that drop Service traffic verdict accepts unless they accept it too"
@@ -166,6 +170,9 @@ pub fn describe() {
     }
     for g in [ENDPOINT_CHANGES_PENDING, SERVICE_CHANGES_PENDING] {
         metrics::gauge!(g).set(0.0);
+    }
+    for what in crate::foreign_proxy::WHATS {
+        metrics::gauge!(FOREIGN_PROXY, "what" => what).set(0.0);
     }
     for h in [TX_OPERATIONS, TX_BYTES, RENDERED_PORTS] {
         let _ = metrics::histogram!(h);

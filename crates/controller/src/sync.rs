@@ -185,7 +185,8 @@ pub struct SyncLoop {
     started: SystemTime,
     pending: crate::family_metrics::PendingChanges,
     source_problems: Vec<Problem>,
-    /// Default-drop chains of other tables, as problems of the Node (see [`crate::firewalls`]).
+    /// Default-drop chains of other tables and other proxies, as problems of the Node (see
+    /// [`crate::firewalls`], [`crate::foreign_proxy`]).
     firewall_problems: Vec<Problem>,
     /// Other tables must be looked at again (at start, and after other programs' changes).
     firewalls_due: bool,
@@ -716,8 +717,9 @@ impl SyncLoop {
         self.firewalls_due = false;
         let node = self.cache.model().node.name.clone();
         match crate::firewalls::problems(&mut self.nl, &self.cfg.table, &node) {
-            Ok(found) => {
+            Ok(mut found) => {
                 metrics::gauge!(m::FOREIGN_DROP_CHAINS).set(found.len() as f64);
+                found.extend(crate::foreign_proxy::problems(&mut self.nl, &node, &self.firewall_problems));
                 if found != self.firewall_problems {
                     self.firewall_problems = found;
                     self.publish_problems();
@@ -822,8 +824,8 @@ impl SyncLoop {
         }
         let mut counts: BTreeMap<&'static str, f64> = BTreeMap::new();
         for problems in now.values() {
-            // A firewall elsewhere is not input verdict failed to program: it has its own gauge.
-            for p in problems.iter().filter(|p| p.reason != crate::firewalls::REASON) {
+            // A firewall or proxy elsewhere is not input verdict failed to program: each has its own gauge.
+            for p in problems.iter().filter(|p| !crate::firewalls::about_the_node(p.reason)) {
                 *counts.entry(p.reason).or_default() += 1.0;
             }
         }
@@ -839,7 +841,7 @@ impl SyncLoop {
         for (object, problems) in &now {
             if self.published.get(object) != Some(problems) {
                 for p in problems {
-                    if p.reason == crate::firewalls::REASON {
+                    if crate::firewalls::about_the_node(p.reason) {
                         tracing::warn!("{p}");
                     } else {
                         tracing::warn!("{p}; left out");
