@@ -30,6 +30,7 @@ pub fn metrics_routes(
     move |path| match path {
         "/metrics" => {
             let mut text = prom.render();
+            crate::process_metrics::render_into(&mut text);
             if let Some(c) = &counters {
                 c.render_into(&mut text);
             }

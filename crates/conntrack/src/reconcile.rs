@@ -16,6 +16,12 @@ pub struct Report {
     pub examined: usize,
     /// Wall-clock time of the pass.
     pub duration: Duration,
+    /// Of `deleted`, those of each family, in the order of [`Family::ALL`] (for the
+    /// `ip_family` label upstream's per-family reconcilers give their metrics).
+    pub deleted_by_family: [usize; 2],
+    /// Of `duration`, the time spent on each family, in the order of [`Family::ALL`] (zero
+    /// for a family not listed).
+    pub duration_by_family: [Duration; 2],
 }
 
 /// Lists the UDP entries of each family and deletes the stale ones ([`stale_entries`]).
@@ -31,16 +37,20 @@ pub fn reconcile(
 ) -> Result<Report, ConntrackError> {
     let start = Instant::now();
     let mut report = Report::default();
-    for family in Family::ALL {
+    for (i, family) in Family::ALL.into_iter().enumerate() {
         if !relevant(family, targets, node_addresses) {
             continue;
         }
+        let family_start = Instant::now();
         let entries = ct.udp_entries(family)?;
         report.examined += entries.len();
         let stale = stale_entries(&entries, targets, node_addresses);
         if !stale.is_empty() {
-            report.deleted += ct.delete_all(stale.into_iter())?;
+            let deleted = ct.delete_all(stale.into_iter())?;
+            report.deleted += deleted;
+            report.deleted_by_family[i] = deleted;
         }
+        report.duration_by_family[i] = family_start.elapsed();
     }
     report.duration = start.elapsed();
     Ok(report)

@@ -89,8 +89,15 @@ impl AfterSync for ConntrackCleaner {
         node.extend(model.nodeport_ips());
         match reconcile(ct, &targets, &node) {
             Ok(report) => {
-                metrics::histogram!(m::CONNTRACK_DURATION).record(report.duration.as_secs_f64());
-                metrics::counter!(m::CONNTRACK_DELETED).increment(report.deleted as u64);
+                // Each family's part of the pass, as upstream's reconciler of that family.
+                for family in model.families() {
+                    let i = verdict_model::IpFamily::ALL.iter().position(|f| *f == family).unwrap_or(0);
+                    let f = family.to_string();
+                    let took = report.duration_by_family[i].as_secs_f64();
+                    metrics::histogram!(m::CONNTRACK_DURATION, m::IP_FAMILY => f.clone()).record(took);
+                    metrics::counter!(m::CONNTRACK_DELETED, m::IP_FAMILY => f)
+                        .increment(report.deleted_by_family[i] as u64);
+                }
                 if report.deleted > 0 {
                     tracing::info!(
                         deleted = report.deleted,

@@ -10,6 +10,12 @@ use verdict_nft::netlink::{Netlink, NetlinkError};
 /// The problem reason of a dropping chain.
 pub const REASON: &str = "DropInOtherTable";
 
+/// Whether a problem reason is about the node's other programs (a firewall here, another
+/// proxy in [`crate::foreign_proxy`]) rather than about input verdict left out.
+pub fn about_the_node(reason: &str) -> bool {
+    reason == REASON || reason == crate::foreign_proxy::REASON
+}
+
 /// The dropping chains of other tables, as problems of Node `node`.
 pub fn problems(nl: &mut Netlink, own_table: &str, node: &str) -> Result<Vec<Problem>, NetlinkError> {
     let object = ObjectRef::new(ObjectKind::Node, "", node);

@@ -1,5 +1,12 @@
 //! Metric names: upstream kube-proxy's (`kubeproxy_` prefix), plus verdict's own.
 //! Recorded through the `metrics` facade; the agent installs the Prometheus exporter.
+//!
+//! Upstream runs one proxier per IP family and labels what each one records with `ip_family`
+//! ("IPv4", "IPv6"; kubernetes #129173): [`PER_FAMILY`] lists those metrics. verdict programs
+//! both families in one `inet` table and one transaction, so it records each observation once
+//! per family the node runs (see [`crate::family_metrics`]). Dashboards written for upstream
+//! that sum over `ip_family` count a dual-stack sync twice, as they do for upstream's two
+//! proxiers; those that select one family see what they expect.
 
 /// Sync duration, every sync (histogram, seconds).
 pub const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
@@ -45,9 +52,32 @@ pub const TX_BYTES: &str = "verdict_sync_transaction_bytes";
 pub const RENDERED_PORTS: &str = "verdict_sync_rendered_service_ports";
 /// Input verdict cannot program, by reason (gauge: currently present).
 pub const PROBLEMS: &str = "verdict_input_problems";
+/// Another proxy's Service rules on this node, by `what` (gauge: 1 while present; see
+/// `crate::foreign_proxy`).
+pub const FOREIGN_PROXY: &str = "verdict_foreign_proxy_detected";
 /// Base chains of other tables that drop what they do not accept, on hooks Service traffic
 /// passes (gauge; see `crate::firewalls`).
 pub const FOREIGN_DROP_CHAINS: &str = "verdict_foreign_drop_chains";
+
+/// The label upstream's per-family metrics carry.
+pub const IP_FAMILY: &str = "ip_family";
+
+/// The metrics upstream's nftables proxier labels with `ip_family` (upstream's
+/// `pkg/proxy/metrics`, since kubernetes #129173). The change counters and gauges and the
+/// health counters are shared by both of upstream's proxiers and carry no family.
+pub const PER_FAMILY: [&str; 11] = [
+    SYNC_DURATION,
+    SYNC_FULL_DURATION,
+    SYNC_PARTIAL_DURATION,
+    NETWORK_PROGRAMMING,
+    LAST_TIMESTAMP,
+    LAST_QUEUED,
+    SYNC_FAILURES,
+    CLEANUP_FAILURES,
+    NO_LOCAL_ENDPOINTS,
+    CONNTRACK_DURATION,
+    CONNTRACK_DELETED,
+];
 
 /// Upstream's sync-duration buckets: 1 ms doubling, 15 buckets.
 pub fn sync_buckets() -> Vec<f64> {
@@ -66,6 +96,22 @@ pub fn programming_buckets() -> Vec<f64> {
 /// Buckets for object and byte counts.
 pub fn size_buckets() -> Vec<f64> {
     (0..24).map(|i| f64::from(1u32 << i)).collect()
+}
+
+/// Every histogram with its buckets, as upstream has them (verdict's own size histograms:
+/// powers of two). Without buckets the Prometheus exporter renders a summary instead.
+pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
+    vec![
+        (SYNC_DURATION, sync_buckets()),
+        (SYNC_FULL_DURATION, sync_buckets()),
+        (SYNC_PARTIAL_DURATION, sync_buckets()),
+        // Upstream's conntrack reconciler uses the sync buckets too.
+        (CONNTRACK_DURATION, sync_buckets()),
+        (NETWORK_PROGRAMMING, programming_buckets()),
+        (TX_OPERATIONS, size_buckets()),
+        (TX_BYTES, size_buckets()),
+        (RENDERED_PORTS, size_buckets()),
+    ]
 }
 
 /// Registers descriptions, so `/metrics` explains every series.
@@ -98,6 +144,7 @@ pub fn describe() {
     describe_histogram!(TX_BYTES, metrics::Unit::Bytes, "Bytes sent by each nftables transaction");
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
+    describe_gauge!(FOREIGN_PROXY, "Another proxy's Service rules on this node (1 while present), by what was found");
     describe_gauge!(
         FOREIGN_DROP_CHAINS,
         "Base chains of other nftables tables that drop Service traffic verdict accepts unless they accept it too"
@@ -111,10 +158,9 @@ pub fn describe() {
     describe_counter!(CONNTRACK_DELETED, "Cumulative conntrack flows deleted by conntrack reconciler");
 
     // Every series exists from the start (at zero), as in upstream's registry, so dashboards
-    // and alerts see them before the first event.
-    for c in
-        [ENDPOINT_CHANGES_TOTAL, SERVICE_CHANGES_TOTAL, SYNC_FAILURES, CLEANUP_FAILURES, TABLE_DRIFT, CONNTRACK_DELETED]
-    {
+    // and alerts see them before the first event; the per-family ones once the families are
+    // known (`crate::family_metrics::register`).
+    for c in [ENDPOINT_CHANGES_TOTAL, SERVICE_CHANGES_TOTAL, TABLE_DRIFT] {
         metrics::counter!(c).increment(0);
     }
     for c in [HEALTHZ_TOTAL, LIVEZ_TOTAL] {
@@ -122,22 +168,13 @@ pub fn describe() {
             metrics::counter!(c, "code" => code).increment(0);
         }
     }
-    for g in [LAST_TIMESTAMP, LAST_QUEUED, ENDPOINT_CHANGES_PENDING, SERVICE_CHANGES_PENDING] {
+    for g in [ENDPOINT_CHANGES_PENDING, SERVICE_CHANGES_PENDING] {
         metrics::gauge!(g).set(0.0);
     }
-    for policy in ["internal", "external"] {
-        metrics::gauge!(NO_LOCAL_ENDPOINTS, "traffic_policy" => policy).set(0.0);
+    for what in crate::foreign_proxy::WHATS {
+        metrics::gauge!(FOREIGN_PROXY, "what" => what).set(0.0);
     }
-    for h in [
-        SYNC_DURATION,
-        SYNC_FULL_DURATION,
-        SYNC_PARTIAL_DURATION,
-        NETWORK_PROGRAMMING,
-        TX_OPERATIONS,
-        TX_BYTES,
-        RENDERED_PORTS,
-        CONNTRACK_DURATION,
-    ] {
+    for h in [TX_OPERATIONS, TX_BYTES, RENDERED_PORTS] {
         let _ = metrics::histogram!(h);
     }
 }

@@ -183,10 +183,10 @@ pub struct SyncLoop {
     backoff: Duration,
     triggers: Vec<SystemTime>,
     started: SystemTime,
-    pending_service_changes: u64,
-    pending_endpoint_changes: u64,
+    pending: crate::family_metrics::PendingChanges,
     source_problems: Vec<Problem>,
-    /// Default-drop chains of other tables, as problems of the Node (see [`crate::firewalls`]).
+    /// Default-drop chains of other tables and other proxies, as problems of the Node (see
+    /// [`crate::firewalls`], [`crate::foreign_proxy`]).
     firewall_problems: Vec<Problem>,
     /// Other tables must be looked at again (at start, and after other programs' changes).
     firewalls_due: bool,
@@ -198,10 +198,6 @@ pub struct SyncLoop {
     notices: Option<Box<dyn Fn(ProblemNotice) + Send>>,
     after: Vec<Box<dyn AfterSync>>,
     release: Option<Box<dyn Fn() + Send>>,
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs_f64()
 }
 
 impl SyncLoop {
@@ -232,8 +228,7 @@ impl SyncLoop {
             backoff,
             triggers: Vec::new(),
             started: SystemTime::now(),
-            pending_service_changes: 0,
-            pending_endpoint_changes: 0,
+            pending: Default::default(),
             source_problems: Vec::new(),
             families_without_nodeports: Vec::new(),
             firewall_problems: Vec::new(),
@@ -418,7 +413,7 @@ impl SyncLoop {
     fn queued(&mut self) {
         self.dirty_since.get_or_insert_with(Instant::now);
         self.health.queued();
-        metrics::gauge!(m::LAST_QUEUED).set(unix_now());
+        crate::family_metrics::queued(&self.cache.model().families());
     }
 
     fn seen(&mut self, kind: Kind, key: impl FnOnce() -> Key) {
@@ -451,9 +446,8 @@ impl SyncLoop {
         match ev {
             Event::Apply(Object::Service(s)) => {
                 self.seen(Kind::Service, || (s.namespace.clone(), s.name.clone()));
+                self.pending.service(&s.namespace, &s.name);
                 self.cache.upsert_service(s);
-                self.pending_service_changes += 1;
-                metrics::counter!(m::SERVICE_CHANGES_TOTAL).increment(1);
                 self.queued();
             }
             Event::Apply(Object::EndpointSlice(e)) => {
@@ -461,9 +455,8 @@ impl SyncLoop {
                 if let Some(t) = e.trigger_time.filter(|t| *t >= self.started) {
                     self.triggers.push(t);
                 }
+                self.pending.slice(&e.namespace, &e.name);
                 self.cache.upsert_slice(e);
-                self.pending_endpoint_changes += 1;
-                metrics::counter!(m::ENDPOINT_CHANGES_TOTAL).increment(1);
                 self.queued();
             }
             Event::Apply(Object::Node(n)) => {
@@ -519,13 +512,11 @@ impl SyncLoop {
         match kind {
             Kind::Service => {
                 self.cache.remove_service(namespace, name);
-                self.pending_service_changes += 1;
-                metrics::counter!(m::SERVICE_CHANGES_TOTAL).increment(1);
+                self.pending.service(namespace, name);
             }
             Kind::EndpointSlice => {
                 self.cache.remove_slice(namespace, name);
-                self.pending_endpoint_changes += 1;
-                metrics::counter!(m::ENDPOINT_CHANGES_TOTAL).increment(1);
+                self.pending.slice(namespace, name);
             }
             Kind::Node => {
                 self.health.set_node_eligible(true);
@@ -649,7 +640,7 @@ impl SyncLoop {
                 }
             }
             Err(e) => {
-                metrics::counter!(m::SYNC_FAILURES).increment(1);
+                crate::family_metrics::sync_failed(&self.cache.model().families());
                 tracing::error!(full, "sync failed; a full reconcile follows in {:?}: {e}", self.backoff);
                 self.needs_full = true;
                 self.verify_kernel = true;
@@ -662,9 +653,7 @@ impl SyncLoop {
                 report.error = Some(e);
             }
         }
-        let secs = report.took.as_secs_f64();
-        metrics::histogram!(m::SYNC_DURATION).record(secs);
-        metrics::histogram!(if full { m::SYNC_FULL_DURATION } else { m::SYNC_PARTIAL_DURATION }).record(secs);
+        crate::family_metrics::sync_took(&self.cache.model().families(), full, report.took);
         report
     }
 
@@ -728,8 +717,9 @@ impl SyncLoop {
         self.firewalls_due = false;
         let node = self.cache.model().node.name.clone();
         match crate::firewalls::problems(&mut self.nl, &self.cfg.table, &node) {
-            Ok(found) => {
+            Ok(mut found) => {
                 metrics::gauge!(m::FOREIGN_DROP_CHAINS).set(found.len() as f64);
+                found.extend(crate::foreign_proxy::problems(&mut self.nl, &node, &self.firewall_problems));
                 if found != self.firewall_problems {
                     self.firewall_problems = found;
                     self.publish_problems();
@@ -763,7 +753,7 @@ impl SyncLoop {
                 (tx.object_count(), stats.bytes)
             }
             Err(e) => {
-                metrics::counter!(m::CLEANUP_FAILURES).increment(1);
+                crate::family_metrics::cleanup_failed(&self.cache.model().families());
                 tracing::warn!("deleting chains flushed earlier failed; reconciling the whole table: {e}");
                 self.needs_full = true;
                 self.verify_kernel = true;
@@ -800,19 +790,9 @@ impl SyncLoop {
         self.health.set_families(self.cache.model().families().iter().map(|f| f.to_string()).collect());
         self.health.updated();
         let wall = SystemTime::now();
-        for t in self.triggers.drain(..) {
-            let latency = wall.duration_since(t).unwrap_or_default();
-            metrics::histogram!(m::NETWORK_PROGRAMMING).record(latency.as_secs_f64());
-            report.programming_latency.push(latency);
-        }
-        metrics::gauge!(m::LAST_TIMESTAMP).set(unix_now());
-        let (internal, external) = self.cache.model().no_local_endpoints();
-        metrics::gauge!(m::NO_LOCAL_ENDPOINTS, "traffic_policy" => "internal").set(internal as f64);
-        metrics::gauge!(m::NO_LOCAL_ENDPOINTS, "traffic_policy" => "external").set(external as f64);
-        metrics::gauge!(m::SERVICE_CHANGES_PENDING).set(0.0);
-        metrics::gauge!(m::ENDPOINT_CHANGES_PENDING).set(0.0);
-        self.pending_service_changes = 0;
-        self.pending_endpoint_changes = 0;
+        report.programming_latency.extend(self.triggers.drain(..).map(|t| wall.duration_since(t).unwrap_or_default()));
+        crate::family_metrics::synced(self.cache.model(), &report.programming_latency);
+        self.pending.synced();
         metrics::histogram!(m::TX_OPERATIONS).record(report.objects as f64);
         metrics::histogram!(m::TX_BYTES).record(report.bytes as f64);
         metrics::histogram!(m::RENDERED_PORTS).record(report.rendered_ports as f64);
@@ -844,8 +824,8 @@ impl SyncLoop {
         }
         let mut counts: BTreeMap<&'static str, f64> = BTreeMap::new();
         for problems in now.values() {
-            // A firewall elsewhere is not input verdict failed to program: it has its own gauge.
-            for p in problems.iter().filter(|p| p.reason != crate::firewalls::REASON) {
+            // A firewall or proxy elsewhere is not input verdict failed to program: each has its own gauge.
+            for p in problems.iter().filter(|p| !crate::firewalls::about_the_node(p.reason)) {
                 *counts.entry(p.reason).or_default() += 1.0;
             }
         }
@@ -861,7 +841,7 @@ impl SyncLoop {
         for (object, problems) in &now {
             if self.published.get(object) != Some(problems) {
                 for p in problems {
-                    if p.reason == crate::firewalls::REASON {
+                    if crate::firewalls::about_the_node(p.reason) {
                         tracing::warn!("{p}");
                     } else {
                         tracing::warn!("{p}; left out");

@@ -172,6 +172,7 @@ fn reconcile_deletes_exactly_the_udp_flows_to_removed_endpoints() {
     let report = reconcile(&mut ct, &targets, &node_addresses).unwrap();
     assert_eq!(report.deleted, 4, "{report:?}");
     assert_eq!(report.examined, 7, "{report:?}");
+    assert_eq!(report.deleted_by_family, [3, 1], "IPv4 then IPv6: {report:?}");
 
     // What is left, seen by our own dump ...
     assert_eq!(sports(&ct.udp_entries(Family::V4).unwrap()), set(&[40002, 40004]));

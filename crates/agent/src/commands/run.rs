@@ -23,12 +23,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const MANIFEST_POLL: Duration = Duration::from_millis(500);
 
 fn install_metrics() -> Result<PrometheusHandle> {
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_proxy_rules_duration_seconds".into()), &m::sync_buckets())?
-        .set_buckets_for_metric(Matcher::Full(m::NETWORK_PROGRAMMING.into()), &m::programming_buckets())?
-        .set_buckets_for_metric(Matcher::Prefix("verdict_sync_".into()), &m::size_buckets())?
-        .install_recorder()
-        .context("installing the metrics recorder")?;
+    let mut builder = PrometheusBuilder::new();
+    for (name, buckets) in m::histogram_buckets() {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &buckets)?;
+    }
+    let handle = builder.install_recorder().context("installing the metrics recorder")?;
     m::describe();
     crate::memory::describe();
     Ok(handle)
@@ -98,6 +97,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
     cfg.rules.proxy.families = crate::platform::kernel_families();
     crate::platform::log_families(&cfg.rules.proxy.families);
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
+    verdict_controller::family_metrics::register(&cache.model().families());
     let health_notice_tx = notice_tx.clone();
     let mut sync_loop = SyncLoop::new(cache, nl, sync_cfg, health.clone()).with_notices(move |n| {
         let _ = notice_tx.send(n);

@@ -16,7 +16,7 @@ const NFT_MSG_GETCHAIN: u16 = 4;
 const NFT_MSG_GETRULE: u16 = 7;
 const NLM_F_DUMP: u16 = 0x300;
 /// NFPROTO_UNSPEC: a dump of every family.
-const FAMILY_ANY: u8 = 0;
+pub(super) const FAMILY_ANY: u8 = 0;
 
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
@@ -118,7 +118,7 @@ impl Netlink {
     }
 
     /// A dump of one message type, in `family`, optionally of one table's chain.
-    fn dump_all(
+    pub(super) fn dump_all(
         &mut self,
         msg_type: u16,
         family: u8,
@@ -161,7 +161,7 @@ struct BaseChain {
 }
 
 /// The message's family byte and attributes (after the nfgenmsg header).
-fn payload(msg: &[u8]) -> &[u8] {
+pub(super) fn payload(msg: &[u8]) -> &[u8] {
     msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default()
 }
 
@@ -229,7 +229,7 @@ fn immediate_verdict(data: &[u8]) -> Option<u32> {
 
 /// Netlink attributes (type without the nested/byte-order flags, value), stopping at the
 /// first malformed one.
-fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(super) fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         if b.len() < 4 {
             return None;
@@ -245,7 +245,7 @@ fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     })
 }
 
-fn text(v: &[u8]) -> Option<String> {
+pub(super) fn text(v: &[u8]) -> Option<String> {
     let end = v.iter().position(|b| *b == 0).unwrap_or(v.len());
     std::str::from_utf8(&v[..end]).ok().map(str::to_string)
 }

@@ -16,6 +16,7 @@ pub mod firewalls;
 mod foreign;
 mod glue;
 pub mod monitor;
+pub mod tables;
 pub mod trace;
 pub(crate) mod wire;
 
