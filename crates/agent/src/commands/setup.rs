@@ -12,7 +12,7 @@ pub fn announce(cfg: &RunConfig) {
         replaced => tracing::info!(
             "mode {:?}: verdict replaces kube-proxy's {} mode, with its {} settings (sync periods, masqueradeAll, masquerade bit); \
              NodePorts answer on the node's primary addresses unless nodePortAddresses says otherwise (nodePortAddresses: [all] is {} mode's all-addresses behaviour)",
-            replaced.name(),
+            s.mode_as_written,
             replaced.name(),
             match replaced {
                 Mode::Ipvs => "ipvs and iptables",

@@ -107,7 +107,10 @@ fn every_metric_of_kube_proxy_has_a_row_and_the_honoured_ones_are_served() {
     same_names("metrics", &upstream, METRICS);
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    metrics::with_local_recorder(&recorder, verdict_controller::metrics::describe);
+    metrics::with_local_recorder(&recorder, || {
+        verdict_controller::metrics::describe();
+        verdict_controller::family_metrics::register(&[verdict_model::IpFamily::V4, verdict_model::IpFamily::V6]);
+    });
     let mut served = handle.render();
     crate::process_metrics::render_into(&mut served);
     for (name, support, _) in METRICS {

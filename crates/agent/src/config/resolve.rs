@@ -51,6 +51,8 @@ pub struct ApiClient {
 pub struct Settings {
     /// The mode the file or flags name.
     pub mode: Mode,
+    /// The mode as written (`""` is upstream's default, iptables).
+    pub mode_as_written: String,
     /// `hostnameOverride`, trimmed and lower-cased; `None`: the host name.
     pub hostname_override: Option<String>,
     /// `bindAddress`: the node's primary IP unless unspecified.
@@ -232,6 +234,7 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
     let dl = c.detect_local.as_ref();
     Ok(Settings {
         mode,
+        mode_as_written: c.mode.as_deref().unwrap_or_default().trim().to_string(),
         hostname_override,
         bind_address,
         healthz: server("--healthz-bind-address", c.healthz_bind_address.as_deref())?,
