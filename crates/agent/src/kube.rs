@@ -7,8 +7,9 @@ use std::path::Path;
 use verdict_controller::sync::ProblemNotice;
 use verdict_model::ObjectKind;
 
-/// A client from a kubeconfig, or the pod's service account; `master` overrides the server.
-pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<kube::Client> {
+/// A client from a kubeconfig, or the pod's service account; `master` overrides the server;
+/// requests are limited to `qps` after a burst of `burst`, as client-go's are.
+pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>, qps: f64, burst: u32) -> Result<kube::Client> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kc =
@@ -31,7 +32,8 @@ pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>) -> Result<k
     if let Some(m) = master {
         config.cluster_url = m.parse().with_context(|| format!("--master {m:?}"))?;
     }
-    kube::Client::try_from(config).context("creating the Kubernetes client")
+    let builder = kube::client::ClientBuilder::try_from(config).context("creating the Kubernetes client")?;
+    Ok(builder.with_layer(&crate::api_rate::RateLimitLayer::new(qps, burst)).build())
 }
 
 /// Publishes a Warning Event on each object whose problems change (once per change).

@@ -225,3 +225,64 @@ fn healthz_fails_while_the_table_cannot_be_written_and_recovers() {
     wait_for("healthz 200 after recovery", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
     assert!(table_lists(&ns, "10.244.1.10"));
 }
+
+/// Holds a TCP port inside the namespace (a listener bound from a thread that entered it).
+fn hold_port(ns: &Netns, port: u16) -> std::net::TcpListener {
+    ns.run(move || std::net::TcpListener::bind(("127.0.0.1", port))).unwrap()
+}
+
+#[test]
+fn a_busy_health_port_is_retried_while_proxying_unless_bind_address_hard_fail() {
+    require_kernel!();
+    let ns = Netns::new("busyport").unwrap();
+    let (_scratch, dir) = manifests_dir("busy");
+    let holder = hold_port(&ns, 10256);
+    let mut agent = Agent::start(&ns, &dir, &[]);
+    // The table is programmed while the port is taken, and one line says why health is missing.
+    wait_for("the table programmed", &agent, || table_lists(&ns, "172.30.0.10"));
+    wait_for("the bind failure logged", &agent, || agent.log().contains("trying again every 5s"));
+    assert!(agent.child.try_wait().unwrap().is_none(), "the agent keeps proxying:\n{}", agent.log());
+    drop(holder);
+    // Retried every 5 s: health answers once the port is free.
+    wait_for("/healthz on the freed port", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
+    drop(agent);
+
+    let _holder = hold_port(&ns, 10256);
+    let mut agent = Agent::start(&ns, &dir, &["--bind-address-hard-fail"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = agent.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "bindAddressHardFail: the agent must exit\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(1), "{}", agent.log());
+    assert!(agent.log().contains("bindAddressHardFail"), "{}", agent.log());
+}
+
+#[test]
+fn a_changed_config_file_makes_the_agent_exit_so_that_its_pod_restarts_with_it() {
+    require_kernel!();
+    let ns = Netns::new("cfgchange").unwrap();
+    let (scratch, dir) = manifests_dir("cfg");
+    let config = scratch.join("config.conf");
+    std::fs::write(&config, "kind: KubeProxyConfiguration\nmode: nftables\n").unwrap();
+    let mut agent = Agent::start(&ns, &dir, &["--config", config.to_str().unwrap()]);
+    wait_for("the table programmed", &agent, || table_lists(&ns, "172.30.0.10"));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(agent.child.try_wait().unwrap().is_none(), "an unchanged file keeps the agent:\n{}", agent.log());
+    // A ConfigMap update swaps the file's content.
+    std::fs::write(&config, "kind: KubeProxyConfiguration\nmode: nftables\nclusterCIDR: 10.9.0.0/16\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = agent.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the agent must exit on a changed config\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(1), "{}", agent.log());
+    assert!(agent.log().contains("the --config file changed"), "{}", agent.log());
+    assert!(table_lists(&ns, "172.30.0.10"), "rules stay in place");
+}

@@ -136,7 +136,9 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
             drop(notice_rx);
         }
         Source::ApiServer { kubeconfig, master } => {
-            let client = rt.block_on(crate::kube::client(kubeconfig.as_deref(), master.as_deref()))?;
+            let api = &cfg.settings.api;
+            let client =
+                rt.block_on(crate::kube::client(kubeconfig.as_deref(), master.as_deref(), api.qps, api.burst))?;
             rt.spawn(crate::kube::publish_events(client.clone(), node.clone(), notice_rx));
             rt.spawn(async move { verdict_controller::watch::watch(client, &node, tx).await });
         }
