@@ -11,6 +11,7 @@
 mod agent;
 pub mod container;
 pub mod objects;
+mod privileged;
 pub mod prober;
 pub mod scenarios;
 mod startup;
