@@ -1,5 +1,6 @@
-//! One node's `verdict run` daemon, started in the node's namespace as kubeadm would run it:
-//! the API server from a kubeconfig, kube-proxy's flags.
+//! One node's `verdict run` daemon, started in the node's namespace as kubeadm's DaemonSet
+//! runs kube-proxy: the binary invoked as `kube-proxy`, kubeadm's command line, its ConfigMap
+//! at `/var/lib/kube-proxy` and the state directory at `/run/verdict`.
 
 use super::utf8;
 use crate::netns::Netns;
@@ -12,8 +13,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The healthz port every agent serves on (on every address of its node).
+/// The healthz port every agent serves on (on every address of its node): kube-proxy's
+/// default, which kubeadm's empty `healthzBindAddress` means (0.0.0.0:10256).
 pub const HEALTHZ_PORT: u16 = 10256;
+
+/// Mounts a node's volumes where kubeadm's DaemonSet mounts them, then runs the command after
+/// the two directories. Each agent gets a mount namespace of its own (`unshare --mount`,
+/// private propagation: the host sees none of these mounts), so two nodes on one host read
+/// each their own `/var/lib/kube-proxy` and `/run/verdict`, as two real nodes would. The
+/// paths are tmpfs'd first because they need not exist on the host, and the test must not
+/// create them there. `exec` keeps the agent's PID that of the child the test signals.
+const MOUNT_VOLUMES: &str = "set -e; \
+    mount -t tmpfs verdict-e2e /var/lib && mkdir /var/lib/kube-proxy && mount --bind \"$1\" /var/lib/kube-proxy; \
+    mount -t tmpfs verdict-e2e /run && mkdir /run/verdict && mount --bind \"$2\" /run/verdict; \
+    shift 2; exec \"$@\"";
 
 pub(super) struct Agent {
     child: Option<Child>,
@@ -23,15 +36,15 @@ pub(super) struct Agent {
 }
 
 impl Agent {
-    pub fn start(ns: &Netns, node: &str, verdict: &Path, kubeconfig: &Path, log: &Path) -> Result<Agent> {
+    /// Starts `kube-proxy --config=/var/lib/kube-proxy/config.conf --hostname-override=NODE`
+    /// (kubeadm's command line) in `ns`, with `config_map` (config.conf, kubeconfig.conf)
+    /// mounted at `/var/lib/kube-proxy` and `state` at `/run/verdict`. `kube_proxy` is a
+    /// symlink named `kube-proxy` to the verdict binary: that name is what makes it `run`.
+    pub fn start(ns: &Netns, node: &str, kube_proxy: &Path, volumes: (&Path, &Path), log: &Path) -> Result<Agent> {
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns.name(), utf8(verdict)?, "run", "--kubeconfig", utf8(kubeconfig)?])
-            .args(["--hostname-override", node, "--cluster-cidr", crate::topology::CLUSTER_CIDR_V4])
-            .args(["--metrics-bind-address", "127.0.0.1:10249"])
-            .args(["--healthz-bind-address", &format!("0.0.0.0:{HEALTHZ_PORT}")])
-            .args(["--min-sync-period", "100ms", "--sync-period", "5s"])
-            .arg("--state-dir")
-            .arg(log.with_extension("state"));
+        cmd.args(["netns", "exec", ns.name(), "unshare", "--mount", "--propagation", "private"])
+            .args(["sh", "-c", MOUNT_VOLUMES, "sh", utf8(volumes.0)?, utf8(volumes.1)?, utf8(kube_proxy)?])
+            .args(["--config=/var/lib/kube-proxy/config.conf", &format!("--hostname-override={node}")]);
         Agent::spawn(&mut cmd, log, None)
     }
 

@@ -9,6 +9,7 @@
 //! daemon's namespace, the host's.
 
 use super::agent::Agent;
+use super::privileged;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Container, PodSpec, Probe};
@@ -20,6 +21,15 @@ use std::time::{Duration, Instant};
 
 /// The label on every container the e2e run starts (`docker rm -f` by it cleans up).
 pub const LABEL: &str = "verdict-e2e";
+
+/// Which of the pod's containers is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// An init container, run to completion before the agent.
+    Init,
+    /// The agent container.
+    Agent,
+}
 
 /// How to run agents as containers.
 #[derive(Clone, Debug)]
@@ -86,8 +96,17 @@ impl Containers {
     }
 
     /// `docker run` arguments for container `c` of the pod on `node`, named `name`, in the
-    /// pause container's network namespace, with the volumes under `volumes`.
-    pub fn run_args(&self, c: &Container, node: &str, name: &str, pause: &str, volumes: &Path) -> Result<Vec<String>> {
+    /// pause container's network namespace, with the volumes under `volumes`. `privileged` is
+    /// honoured only for an init container (`Role::Init`): the agent must run without it.
+    pub fn run_args(
+        &self,
+        c: &Container,
+        role: Role,
+        node: &str,
+        name: &str,
+        pause: &str,
+        volumes: &Path,
+    ) -> Result<Vec<String>> {
         let mut a: Vec<String> = ["run", "--rm", "--name", name, "--label", LABEL].map(String::from).into();
         a.extend(["--network".into(), format!("container:{pause}")]);
         let sc = c.security_context.clone().unwrap_or_default();
@@ -110,7 +129,12 @@ impl Containers {
             a.extend(["--security-opt".into(), "no-new-privileges".into()]);
         }
         if sc.privileged == Some(true) {
-            bail!("{}: privileged containers are not what this run proves", c.name);
+            // The conntrack sysctls need it (a privileged container's /proc/sys is writable);
+            // the agent itself must prove it works with NET_ADMIN alone.
+            if role != Role::Init {
+                bail!("{}: only init containers may be privileged here: the agent must run without it", c.name);
+            }
+            a.push("--privileged".into());
         }
         let env = self.env(c, node)?;
         for (k, v) in &env {
@@ -151,8 +175,24 @@ impl Containers {
     pub fn run_init(&self, node: &str, tag: &str, pause: &str, volumes: &Path) -> Result<()> {
         for c in self.pod.init_containers.iter().flatten() {
             let name = format!("{tag}-{}", c.name);
-            let args = self.run_args(c, node, &name, pause, volumes)?;
-            check(self.engine_cmd(&[]).args(&args)).with_context(|| format!("init container {}", c.name))?;
+            let args = self.run_args(c, Role::Init, node, &name, pause, volumes)?;
+            let out = self.engine_cmd(&[]).args(&args).output()?;
+            if !out.status.success() && privileged::caps_refused(&out.stderr) {
+                let missing = privileged::missing_caps(&std::fs::read_to_string("/proc/self/status")?);
+                println!(
+                    "e2e: {node}: `{} run --privileged` refused (this machine lacks {missing:?}): {} runs with all else it gives",
+                    self.engine, c.name
+                );
+                let args = privileged::emulated(&args, &missing);
+                check(self.engine_cmd(&[]).args(&args)).with_context(|| format!("init container {}", c.name))?;
+            } else if !out.status.success() {
+                bail!(
+                    "init container {} failed ({}): {}",
+                    c.name,
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
         }
         Ok(())
     }
@@ -170,7 +210,7 @@ impl Containers {
     ) -> Result<Agent> {
         static STARTS: AtomicU32 = AtomicU32::new(0);
         let name = &format!("{prefix}-{}", STARTS.fetch_add(1, Ordering::Relaxed));
-        let args = self.run_args(self.agent(), node, name, pause, volumes)?;
+        let args = self.run_args(self.agent(), Role::Agent, node, name, pause, volumes)?;
         let mut cmd = self.engine_cmd(&[]);
         cmd.args(&args);
         Agent::spawn(&mut cmd, log, Some((self.engine.clone(), name.to_string())))
@@ -188,7 +228,7 @@ impl Containers {
     ) -> Result<Output> {
         let mut c = self.agent().clone();
         tweak(&mut c);
-        let args = self.run_args(&c, node, name, pause, volumes)?;
+        let args = self.run_args(&c, Role::Agent, node, name, pause, volumes)?;
         let mut child = self.engine_cmd(&[]).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while child.try_wait()?.is_none() && Instant::now() < deadline {
@@ -252,4 +292,31 @@ fn check(cmd: &mut Command) -> Result<Output> {
 /// Where a pod's volumes live for one node.
 pub fn volumes_dir(workdir: &Path, node: &str) -> PathBuf {
     workdir.join(format!("{node}-volumes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Containers, Role};
+    use k8s_openapi::api::core::v1::{Container, PodSpec, SecurityContext};
+    use std::path::Path;
+
+    fn privileged() -> Container {
+        Container {
+            name: "c".into(),
+            security_context: Some(SecurityContext { privileged: Some(true), ..SecurityContext::default() }),
+            ..Container::default()
+        }
+    }
+
+    #[test]
+    fn only_init_containers_run_privileged() {
+        let c = Containers { engine: "docker".into(), image: "i".into(), pod: PodSpec::default() };
+        let args = c.run_args(&privileged(), Role::Init, "node1", "n", "p", Path::new("/v")).unwrap();
+        assert!(args.iter().any(|a| a == "--privileged"), "{args:?}");
+        let err = c.run_args(&privileged(), Role::Agent, "node1", "n", "p", Path::new("/v")).unwrap_err();
+        assert!(err.to_string().contains("only init containers may be privileged"), "{err}");
+        let plain = Container { name: "c".into(), ..Container::default() };
+        let args = c.run_args(&plain, Role::Init, "node1", "n", "p", Path::new("/v")).unwrap();
+        assert!(!args.iter().any(|a| a == "--privileged"), "{args:?}");
+    }
 }

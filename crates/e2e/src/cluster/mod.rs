@@ -11,10 +11,13 @@
 mod agent;
 pub mod container;
 pub mod objects;
+mod privileged;
 pub mod prober;
 pub mod scenarios;
+mod startup;
 
 use crate::netns::Netns;
+use crate::scratch::ScratchDir;
 use crate::topology::{self, Cluster};
 use agent::Agent;
 use anyhow::{Context, Result, bail};
@@ -52,21 +55,27 @@ pub struct NsCluster {
     pauses: Vec<Pause>,
     containers: Option<Containers>,
     bins: Binaries,
-    workdir: PathBuf,
+    workdir: ScratchDir,
 }
 
-/// A kubeadm cluster's `kube-proxy` ConfigMap for the test API server at `api` (a kubeconfig
-/// file's text): `config.conf` names `kubeconfig.conf` beside it, as kubeadm's does.
+/// kubeadm 1.37's `config.conf`, unedited: zero values mean kube-proxy's defaults, and `mode:
+/// iptables` the iptables section's periods (sync 30 s, min sync 1 s), which the scenarios
+/// do not wait on: each change triggers a sync, at most a second after the last one.
+const KUBEADM_CONFIG: &str = include_str!("../../../agent/tests/fixtures/kubeadm/v1.37/config.conf");
+
+/// A kubeadm cluster's `kube-proxy` ConfigMap, its `kubeconfig.conf` (which `config.conf`
+/// names beside it) being `kubeconfig`: the test API server's, with its real address, where
+/// kubeadm's names the control plane's.
 fn kubeadm_config_map(kubeconfig: String) -> Vec<(&'static str, String)> {
-    let config = format!(
-        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
-         clusterCIDR: {}\nbindAddress: 0.0.0.0\nmetricsBindAddress: 127.0.0.1:10249\n\
-         healthzBindAddress: 0.0.0.0:{}\nclientConnection:\n  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf\n\
-         nftables:\n  minSyncPeriod: 100ms\n  syncPeriod: 5s\n",
-        crate::topology::CLUSTER_CIDR_V4,
-        agent::HEALTHZ_PORT
-    );
-    vec![("config.conf", config), ("kubeconfig.conf", kubeconfig)]
+    vec![("config.conf", KUBEADM_CONFIG.to_string()), ("kubeconfig.conf", kubeconfig)]
+}
+
+/// Without containers: node `node`'s volumes as the DaemonSet names them (and as
+/// [`container::volumes_dir`] lays them out): (the ConfigMap `kube-proxy`, the `state`
+/// directory).
+fn namespace_volumes(workdir: &Path, node: &str) -> (PathBuf, PathBuf) {
+    let dir = container::volumes_dir(workdir, node);
+    (dir.join("kube-proxy"), dir.join("state"))
 }
 
 impl NsCluster {
@@ -97,27 +106,51 @@ impl NsCluster {
         let rt = api.run(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build())?;
         let listen = SocketAddr::new(API_ADDRESS.into(), 0);
         let server = rt.block_on(rt.spawn(TestApiServer::start_on(listen)))??;
-        let workdir = std::env::temp_dir().join(format!("verdict-e2e-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&workdir)?;
+        // Removed on drop, also when the start fails half-way (after the agents, see Drop).
+        let workdir = ScratchDir::new(&format!("verdict-e2e-{tag}"))?;
         server.write_kubeconfig(&workdir.join("kubeconfig"))?;
         for node in &topo.nodes {
             let pod_cidr = format!("10.244.{}.0/24", node.index);
             server.apply(objects::node(&node.name, &node.ipv4.to_string(), &pod_cidr));
         }
-        if let Some(c) = &containers {
-            let config_map = kubeadm_config_map(std::fs::read_to_string(workdir.join("kubeconfig"))?);
-            for (node, pause) in topo.nodes.iter().zip(pauses.borrow().iter()) {
-                let volumes = container::volumes_dir(&workdir, &node.name);
-                c.make_volumes(&volumes, &config_map)?;
-                c.run_init(&node.name, &pause.name, &pause.name, &volumes)?;
+        let config_map = kubeadm_config_map(std::fs::read_to_string(workdir.join("kubeconfig"))?);
+        match &containers {
+            Some(c) => {
+                for (node, pause) in topo.nodes.iter().zip(pauses.borrow().iter()) {
+                    let volumes = container::volumes_dir(&workdir, &node.name);
+                    c.make_volumes(&volumes, &config_map)?;
+                    startup::reset_conntrack_sysctls(&node.ns)?;
+                    c.run_init(&node.name, &pause.name, &pause.name, &volumes)?;
+                    startup::expect_conntrack_sysctls(&node.ns, &node.name)?;
+                }
+            }
+            None => {
+                for node in &topo.nodes {
+                    let (config, state) = namespace_volumes(&workdir, &node.name);
+                    std::fs::create_dir_all(&config)?;
+                    std::fs::create_dir_all(&state)?;
+                    for (name, text) in &config_map {
+                        std::fs::write(config.join(name), text)?;
+                    }
+                }
+                // kubeadm's command line runs `kube-proxy`: the name makes verdict `run`.
+                let verdict = std::fs::canonicalize(&bins.verdict)
+                    .with_context(|| format!("the verdict binary {}", bins.verdict.display()))?;
+                std::os::unix::fs::symlink(verdict, workdir.join("kube-proxy"))?;
             }
         }
+        // The API server's own Service, before any agent: the agents cannot need it.
+        let (kubernetes, slice) = objects::kubernetes_service(startup::KUBERNETES_CLUSTER_IP, server.addr());
+        server.apply(kubernetes);
+        server.apply(slice);
+        startup::expect_api_unreachable(&topo.nodes[0].ns, &topo.nodes[0].name)?;
         let pauses = pauses.into_inner();
         let mut cluster =
             NsCluster { agents: Vec::new(), rt, server, api, topo, pauses, containers, bins: bins.clone(), workdir };
         for i in 0..cluster.topo.nodes.len() {
             cluster.start_agent(i)?;
         }
+        startup::expect_api_reachable(&cluster.topo.nodes[0].ns, &cluster.topo.nodes[0].name)?;
         Ok(cluster)
     }
 
@@ -126,7 +159,10 @@ impl NsCluster {
         let node = &self.topo.nodes[i];
         let log = self.workdir.join(format!("{}.log", node.name));
         let mut agent = match &self.containers {
-            None => Agent::start(&node.ns, &node.name, &self.bins.verdict, &self.workdir.join("kubeconfig"), &log)?,
+            None => {
+                let (config, state) = namespace_volumes(&self.workdir, &node.name);
+                Agent::start(&node.ns, &node.name, &self.workdir.join("kube-proxy"), (&config, &state), &log)?
+            }
             Some(c) => {
                 let pause = &self.pauses[i].name;
                 let volumes = container::volumes_dir(&self.workdir, &node.name);
@@ -272,8 +308,8 @@ impl NsCluster {
 
 impl Drop for NsCluster {
     fn drop(&mut self) {
+        // The agents first: they write their state into the work directory as they exit.
         self.agents.clear();
-        let _ = std::fs::remove_dir_all(&self.workdir);
     }
 }
 

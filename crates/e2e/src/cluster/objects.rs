@@ -3,6 +3,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 
 /// The namespace of every scenario object.
@@ -111,4 +112,50 @@ pub fn node(name: &str, ip: &str, pod_cidr: &str) -> Node {
             ..NodeStatus::default()
         }),
     }
+}
+
+/// The `default/kubernetes` Service the API server keeps for itself, as kube-apiserver makes
+/// it: `cluster_ip`:443/TCP (port `https`) with one endpoint, the API server's real address
+/// `api`. Pods (and nodes) reach the API server through it, once kube-proxy has programmed it.
+pub fn kubernetes_service(cluster_ip: &str, api: std::net::SocketAddr) -> (Service, EndpointSlice) {
+    let meta = |name: &str, labels: Option<BTreeMap<String, String>>| ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some("default".into()),
+        labels,
+        ..ObjectMeta::default()
+    };
+    let service = Service {
+        metadata: meta("kubernetes", None),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            cluster_ip: Some(cluster_ip.into()),
+            cluster_ips: Some(vec![cluster_ip.into()]),
+            ports: Some(vec![ServicePort {
+                name: Some("https".into()),
+                port: 443,
+                protocol: Some("TCP".into()),
+                target_port: Some(IntOrString::Int(i32::from(api.port()))),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    let labels = BTreeMap::from([("kubernetes.io/service-name".to_string(), "kubernetes".to_string())]);
+    let slice = EndpointSlice {
+        metadata: meta("kubernetes", Some(labels)),
+        address_type: "IPv4".into(),
+        ports: Some(vec![EndpointPort {
+            name: Some("https".into()),
+            port: Some(i32::from(api.port())),
+            protocol: Some("TCP".into()),
+            ..EndpointPort::default()
+        }]),
+        endpoints: vec![Endpoint {
+            addresses: vec![api.ip().to_string()],
+            conditions: Some(EndpointConditions { ready: Some(true), serving: Some(true), terminating: Some(false) }),
+            ..Endpoint::default()
+        }],
+    };
+    (service, slice)
 }
