@@ -69,7 +69,11 @@ pub const FLAGS: &[Entry] = &[
     ("--healthz-bind-address", Honoured, "empty turns the server off"),
     ("--healthz-port", Honoured, "deprecated upstream; 0 turns the server off"),
     ("--hostname-override", Honoured, "wins over the file's hostnameOverride, as upstream"),
-    ("--init-only", Honoured, "writes the conntrack sysctls and exits: for a privileged init container"),
+    (
+        "--init-only",
+        Honoured,
+        "writes the conntrack sysctls and exits, 1 when one could not be written: for a privileged init container",
+    ),
     (
         "--iptables-localhost-nodeports",
         NoEffect,

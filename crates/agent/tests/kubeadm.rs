@@ -181,3 +181,26 @@ fn every_conntrack_setting_from_flags_and_from_the_file() {
     let host_after: Vec<String> = TIMEOUTS.iter().map(|n| host_sysctl(n)).collect();
     assert_eq!(host_before, host_after, "the host's sysctls are untouched");
 }
+
+#[test]
+fn init_only_fails_when_a_sysctl_cannot_be_written() {
+    require_kernel!();
+    let ns = conntrack_namespace("ct-denied");
+    // An unprivileged user: /proc/sys is root's, so the timeouts cannot be written.
+    let out = ns
+        .exec(&[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_verdict"),
+            "run",
+            "--init-only",
+        ])
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nf_conntrack_tcp_timeout_established"), "the line names the sysctl: {stderr}");
+    assert!(stderr.contains("could not be written"), "{stderr}");
+    assert_eq!(read_sysctl(&ns, "nf_conntrack_tcp_timeout_established"), "432000");
+}

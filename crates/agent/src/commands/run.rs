@@ -48,9 +48,17 @@ enum Stop {
 pub fn run(mut cfg: RunConfig) -> Result<()> {
     if cfg.action == Action::InitOnly {
         // Upstream's split: a privileged init container writes what needs full root.
-        let failed = super::setup::conntrack(&cfg.settings.conntrack);
-        tracing::info!(failed, "--init-only: the privileged setup is done");
-        return Ok(());
+        // As upstream, a setting that could not be written fails the init container, so the
+        // pod does not start on a node left with the kernel's defaults. What the kernel
+        // refuses by design (nf_conntrack_max outside the initial network namespace) is no
+        // failure.
+        return match super::setup::conntrack(&cfg.settings.conntrack) {
+            0 => {
+                tracing::info!("--init-only: the conntrack sysctls are set");
+                Ok(())
+            }
+            failed => Err(anyhow!("--init-only: {failed} conntrack sysctl(s) could not be written (see above)")),
+        };
     }
     crate::privileges::ensure_net_admin()?;
     if cfg.action == Action::Cleanup {
