@@ -4,13 +4,14 @@
 use crate::counters::CounterReader;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Request, Response, body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper::header::{CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use hyper::{Request, Response, StatusCode, body::Incoming};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use verdict_controller::health::{HealthReport, ProxyHealth};
+use verdict_controller::http_serve::{self, Handler, Limits};
 use verdict_controller::metrics as m;
 
 /// An answer: status, content type, body.
@@ -51,32 +52,23 @@ pub fn health_routes(health_state: Arc<ProxyHealth>) -> impl Fn(&str) -> Reply +
     }
 }
 
-/// Binds now (so a taken port fails the start), serves in the background.
+/// Binds now (so a taken port fails the start), serves in the background with the shared
+/// limits of every verdict listener (header timeout, connection cap, bounded heads).
 pub async fn serve(
     addr: SocketAddr,
     routes: impl Fn(&str) -> Reply + Send + Sync + 'static,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let routes = Arc::new(routes);
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let routes = routes.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let (code, content_type, body) = routes(req.uri().path());
-                    async move {
-                        Response::builder()
-                            .status(code)
-                            .header("Content-Type", content_type)
-                            .header("X-Content-Type-Options", "nosniff")
-                            .body(Full::new(Bytes::from(body)))
-                    }
-                });
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-            });
-        }
+    let handler: Handler = Arc::new(move |req: &Request<Incoming>| {
+        let (code, content_type, body) = routes(req.uri().path());
+        let mut resp = Response::new(Full::new(Bytes::from(body)));
+        *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = resp.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        resp
     });
+    tokio::spawn(http_serve::serve(listener, Limits::default(), handler));
     Ok(bound)
 }

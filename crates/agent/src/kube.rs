@@ -36,12 +36,18 @@ pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>, qps: f64, b
     Ok(builder.with_layer(&crate::api_rate::RateLimitLayer::new(qps, burst)).build())
 }
 
+/// The longest Event note the API server accepts, in bytes.
+const MAX_NOTE: usize = 1000;
+
+/// Cuts `note` to [`MAX_NOTE`] bytes on a character boundary (messages quote names and
+/// annotations, which may hold any UTF-8; `String::truncate` panics inside a character).
+fn truncate_note(mut note: String) -> String {
+    note.truncate(note.floor_char_boundary(MAX_NOTE));
+    note
+}
+
 /// Publishes a Warning Event on each object whose problems change (once per change).
-pub async fn publish_events(
-    client: kube::Client,
-    node: String,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<ProblemNotice>,
-) {
+pub async fn publish_events(client: kube::Client, node: String, mut rx: tokio::sync::mpsc::Receiver<ProblemNotice>) {
     let recorder = Recorder::new(client, Reporter { controller: "verdict".into(), instance: Some(node) });
     while let Some(notice) = rx.recv().await {
         let Some(first) = notice.problems.first() else { continue };
@@ -60,8 +66,7 @@ pub async fn publish_events(
             ..ObjectReference::default()
         };
         let note: Vec<String> = notice.problems.iter().map(|p| p.message.clone()).collect();
-        let mut note = note.join("; ");
-        note.truncate(1000);
+        let note = truncate_note(note.join("; "));
         let event = Event {
             type_: EventType::Warning,
             reason: first.reason.to_string(),
@@ -72,5 +77,23 @@ pub async fn publish_events(
         if let Err(e) = recorder.publish(&event, &reference).await {
             tracing::warn!("could not publish an Event on {}: {e}", notice.object);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_notes_are_cut_on_a_character_boundary() {
+        // 999 ASCII bytes, then a 3-byte character across the 1000-byte limit.
+        let note = format!("{}€ and more", "a".repeat(999));
+        let cut = truncate_note(note);
+        assert_eq!(cut, "a".repeat(999));
+        // Multi-byte characters all the way: the cut is at most MAX_NOTE and whole.
+        let cut = truncate_note("ü".repeat(800));
+        assert_eq!(cut.len(), 1000);
+        assert_eq!(cut, "ü".repeat(500));
+        assert_eq!(truncate_note("short".into()), "short");
     }
 }

@@ -14,6 +14,7 @@ mod counters;
 mod http;
 mod kube;
 mod memory;
+mod notices;
 mod platform;
 mod privileges;
 mod process_metrics;

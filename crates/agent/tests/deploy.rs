@@ -74,6 +74,8 @@ fn check_agent(ds: &DaemonSet, what: &str) {
     assert_eq!(*unavailable, k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1), "{what}");
     let pod = spec.template.spec.as_ref().unwrap();
     assert_eq!(pod.host_network, Some(true), "{what}: host network");
+    let seccomp = pod.security_context.as_ref().and_then(|sc| sc.seccomp_profile.as_ref());
+    assert_eq!(seccomp.map(|p| p.type_.as_str()), Some("RuntimeDefault"), "{what}: the pod's seccomp profile");
     assert_eq!(pod.priority_class_name.as_deref(), Some("system-node-critical"), "{what}");
     let tolerations = pod.tolerations.as_ref().unwrap();
     assert!(

@@ -1,7 +1,7 @@
 //! `verdict trace`: a real connection to a ClusterIP, traced through the kernel's table while
 //! the agent runs, names the chains and map entries it passed and the endpoint that answered
 //! it (TCP over IPv4 and IPv6, and a UDP datagram); the trace chains are gone when the
-//! command ends (by count, SIGINT or SIGTERM), and a full sync deletes the chains of a trace
+//! command ends (by count, SIGHUP, SIGINT or SIGTERM), and a full sync deletes the chains of a trace
 //! that died (root only).
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -250,10 +250,11 @@ fn a_connection_from_a_pod_is_traced_at_prerouting_and_src_filters() {
 }
 
 #[test]
-fn sigint_and_sigterm_remove_the_trace_chains() {
+fn sighup_sigint_and_sigterm_remove_the_trace_chains() {
     require_kernel!();
     let ns = programmed("trsig");
-    for signal in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
+    use nix::sys::signal::Signal;
+    for signal in [Signal::SIGHUP, Signal::SIGINT, Signal::SIGTERM] {
         let (mut trace, out) = start_trace(&ns, &["--dst", &format!("{CLUSTER_IP}:80"), "--for", "60s"]);
         assert_eq!(trace_chains(&ns).len(), 2, "while tracing:\n{}", table(&ns));
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(trace.0.id() as i32), signal).unwrap();

@@ -16,6 +16,7 @@ pub mod family_metrics;
 pub mod firewalls;
 pub mod foreign_proxy;
 pub mod health;
+pub mod http_serve;
 pub mod leftovers;
 pub mod manifests;
 mod manifests_json;

@@ -58,6 +58,8 @@ pub const FOREIGN_PROXY: &str = "verdict_foreign_proxy_detected";
 /// Base chains of other tables that drop what they do not accept, on hooks Service traffic
 /// passes (gauge; see `crate::firewalls`).
 pub const FOREIGN_DROP_CHAINS: &str = "verdict_foreign_drop_chains";
+/// Problem Events not published because the queue to the API was full (counter).
+pub const EVENTS_DROPPED: &str = "verdict_events_dropped_total";
 
 /// The label upstream's per-family metrics carry.
 pub const IP_FAMILY: &str = "ip_family";
@@ -144,6 +146,7 @@ pub fn describe() {
     describe_histogram!(TX_BYTES, metrics::Unit::Bytes, "Bytes sent by each nftables transaction");
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
+    describe_counter!(EVENTS_DROPPED, "Problem Events dropped because the queue to the API server was full");
     describe_gauge!(FOREIGN_PROXY, "Another proxy's Service rules on this node (1 while present), by what was found");
     describe_gauge!(
         FOREIGN_DROP_CHAINS,

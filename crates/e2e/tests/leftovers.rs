@@ -441,3 +441,34 @@ fn removes_upstream_leftovers_and_nothing_else() {
     let again = ns.run(remove_leftovers);
     assert_eq!(again, LeftoverReport::default(), "a second run must find nothing");
 }
+
+/// The virtual servers `ipvsadm -Ln` lists in `ns`, one `TCP  192.0.2.10:80` line each.
+fn virtual_servers(ns: &Netns, ipvsadm: &str) -> Vec<String> {
+    let out = ns.check(&[ipvsadm, "-Ln"]).expect("ipvsadm -Ln");
+    out.lines().filter(|l| l.starts_with("TCP") || l.starts_with("UDP")).map(|l| l.trim().to_string()).collect()
+}
+
+#[test]
+fn ipvs_is_flushed_only_where_kube_proxys_ipvs_mode_ran() {
+    require_kernel!();
+    let Some(ipvsadm) = find_program("ipvsadm") else {
+        return skip("ipvsadm not installed (apt-get install ipvsadm): the IPVS part did not run");
+    };
+    if !std::path::Path::new("/sys/module/ip_vs").exists() {
+        // Loading it would change the host's kernel: neither verdict nor this test does.
+        return skip("the ip_vs module is not loaded: the IPVS part did not run");
+    }
+    let ipvsadm = ipvsadm.to_str().expect("utf-8 path");
+    // IPVS state is per network namespace: this one is the test's own.
+    let ns = Netns::new("ipvs").expect("namespace");
+    ns.check(&[ipvsadm, "-A", "-t", "192.0.2.10:80", "-s", "rr"]).expect("a foreign virtual server");
+
+    let report = ns.run(remove_leftovers);
+    assert!(!report.removed.iter().any(|l| l.contains("ipvs")), "{report:#?}");
+    assert_eq!(virtual_servers(&ns, ipvsadm), ["TCP  192.0.2.10:80 rr"], "without kube-ipvs0 IPVS stays");
+
+    ns.ip(&["link", "add", "kube-ipvs0", "type", "bridge"]).expect("kube-ipvs0");
+    let report = ns.run(remove_leftovers);
+    assert!(report.removed.contains(&"ipvs virtual servers (1)".to_string()), "{report:#?}");
+    assert_eq!(virtual_servers(&ns, ipvsadm), Vec::<String>::new(), "with kube-ipvs0 every one goes");
+}

@@ -84,7 +84,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
     }
     let nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
     let (tx, rx) = verdict_controller::event::queue();
-    let (notice_tx, notice_rx) = tokio::sync::mpsc::unbounded_channel::<ProblemNotice>();
+    let (notice_tx, notice_rx) = crate::notices::queue(crate::notices::CAPACITY);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let defer_chain_deletion = kernel_needs_deferred_chain_deletion(kernel.trim());
     if defer_chain_deletion {
@@ -107,14 +107,11 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
     verdict_controller::family_metrics::register(&cache.model().families());
     let health_notice_tx = notice_tx.clone();
-    let mut sync_loop = SyncLoop::new(cache, nl, sync_cfg, health.clone()).with_notices(move |n| {
-        let _ = notice_tx.send(n);
-    });
+    let mut sync_loop =
+        SyncLoop::new(cache, nl, sync_cfg, health.clone()).with_notices(move |n: ProblemNotice| notice_tx.send(n));
     if !cfg.once {
-        let service_health =
-            ServiceHealthServer::new(rt.handle().clone(), health).with_notices(&cfg.rules.node_name, move |n| {
-                let _ = health_notice_tx.send(n);
-            });
+        let service_health = ServiceHealthServer::new(rt.handle().clone(), health)
+            .with_notices(&cfg.rules.node_name, move |n| health_notice_tx.send(n));
         sync_loop = sync_loop
             .with_after_sync(service_health)
             .with_after_sync(ConntrackCleaner::new())

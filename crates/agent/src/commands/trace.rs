@@ -4,7 +4,7 @@
 //! Two temporary base chains flag matching new connections (`meta nftrace set 1`); the
 //! kernel then reports every rule, chain end and policy each flagged packet passes, and
 //! those events are told in the table's terms. The chains are added in one transaction and
-//! removed in one: on exit, on an error, on Ctrl-C and SIGTERM; if this process is killed
+//! removed in one: on exit, on an error, on Ctrl-C, SIGTERM and SIGHUP; if this process is killed
 //! outright, the agent's next full sync after their deadline deletes them.
 
 use crate::cli::TraceArgs;
@@ -160,20 +160,23 @@ impl Drop for Installed {
     }
 }
 
-/// SIGINT and SIGTERM set `stop` (the loop notices within its 100 ms wait), so that the
-/// chains are removed before the process exits. Registered before the chains are added.
+/// SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session, whose default action would
+/// kill the process with its chains in place) set `stop` (the loop notices within its 100 ms
+/// wait), so that the chains are removed before the process exits. Registered before the
+/// chains are added.
 fn watch_signals(stop: Arc<AtomicBool>) -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (mut int, mut term) = {
+    let (mut int, mut term, mut hup) = {
         let _guard = rt.enter();
-        (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?)
+        (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?, signal(SignalKind::hangup())?)
     };
     std::thread::spawn(move || {
         rt.block_on(async {
             tokio::select! {
                 _ = int.recv() => {}
                 _ = term.recv() => {}
+                _ = hup.recv() => {}
             }
         });
         stop.store(true, Ordering::Relaxed);

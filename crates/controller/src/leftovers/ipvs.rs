@@ -4,6 +4,7 @@
 use super::netlink::{self, RequestError, Socket};
 use super::{LeftoverReport, find_program, run};
 use nix::errno::Errno;
+use std::path::PathBuf;
 
 /// The link kube-proxy's ipvs mode binds service addresses to.
 pub(crate) const IPVS_LINK: &str = "kube-ipvs0";
@@ -22,9 +23,86 @@ pub(crate) fn delete_ipvs_link(report: &mut LeftoverReport) {
     }
 }
 
-/// Flushes the IPVS virtual servers, when the `ip_vs` module is loaded (its generic-netlink
-/// family exists) and there are some. Unlike upstream, the module is never loaded for this.
+/// What the node shows of kube-proxy's IPVS mode: its link, and which of its ipsets exist.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct IpvsModeTraces {
+    /// `kube-ipvs0` exists.
+    pub(crate) link: bool,
+    /// kube-proxy's ipsets that exist (other programs' `KUBE-` sets do not count).
+    pub(crate) ipsets: Vec<String>,
+}
+
+impl IpvsModeTraces {
+    /// From whether the link exists and `ipset list -n` output (empty when there are no
+    /// ipsets or no ipset program).
+    pub(crate) fn new(link: bool, ipset_listing: &str) -> Self {
+        IpvsModeTraces { link, ipsets: ipsets_to_destroy(ipset_listing) }
+    }
+
+    /// Whether kube-proxy's IPVS mode ran on this node. IPVS virtual servers carry no owner,
+    /// so this is the only way to tell kube-proxy's from those of kube-vip, keepalived or
+    /// kube-router (whose `KUBE-SRC-`/`KUBE-DST-` sets are not kube-proxy's).
+    pub(crate) fn kube_proxy_ran(&self) -> bool {
+        self.link || !self.ipsets.is_empty()
+    }
+
+    /// What was found, for the log.
+    fn describe(&self) -> String {
+        let mut found = Vec::new();
+        if self.link {
+            found.push(format!("link {IPVS_LINK}"));
+        }
+        found.extend(self.ipsets.iter().map(|s| format!("ipset {s}")));
+        found.join(", ")
+    }
+}
+
+/// Looks at this network namespace for kube-proxy's IPVS mode. A trace that cannot be read
+/// counts as absent: IPVS is left alone unless kube-proxy's mode is seen.
+fn ipvs_mode_traces() -> IpvsModeTraces {
+    let link = match link_exists(IPVS_LINK) {
+        Ok(exists) => exists,
+        Err(e) => {
+            tracing::debug!("cannot tell whether {IPVS_LINK} exists: {e}");
+            false
+        }
+    };
+    let listing = match list_ipsets() {
+        Ok(found) => found.map(|(_, listing)| listing).unwrap_or_default(),
+        Err(e) => {
+            tracing::debug!("cannot list ipsets: {e}");
+            String::new()
+        }
+    };
+    IpvsModeTraces::new(link, &listing)
+}
+
+fn link_exists(name: &str) -> Result<bool, RequestError> {
+    let mut sock = Socket::open(mnl::Bus::Route)?;
+    let seq = sock.next_seq();
+    match sock.request(&netlink::get_link_by_name(seq, name), seq) {
+        Ok(_) => Ok(true),
+        Err(RequestError::Kernel(Errno::ENODEV)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Flushes every IPVS virtual server (NodePort ones included, as kube-proxy's own cleanup
+/// does), but only where kube-proxy's IPVS mode ran: otherwise they are another program's
+/// (kube-vip, keepalived...) and stay. Only when the `ip_vs` module is loaded (its
+/// generic-netlink family exists); unlike upstream, the module is never loaded for this.
 pub(crate) fn flush_virtual_servers(report: &mut LeftoverReport) {
+    flush_if_kube_proxy_ran(report, &ipvs_mode_traces());
+}
+
+fn flush_if_kube_proxy_ran(report: &mut LeftoverReport, traces: &IpvsModeTraces) {
+    if !traces.kube_proxy_ran() {
+        tracing::debug!(
+            "no {IPVS_LINK} link and no kube-proxy ipsets: kube-proxy's IPVS mode did not run here, IPVS left alone"
+        );
+        return;
+    }
+    tracing::info!(found = %traces.describe(), "kube-proxy's IPVS mode ran on this node: flushing IPVS as it does");
     match flush_ipvs() {
         Ok(None) => tracing::debug!("IPVS is not loaded: no virtual servers"),
         Ok(Some(0)) => tracing::debug!("no IPVS virtual servers"),
@@ -96,18 +174,26 @@ pub(crate) fn ipsets_to_destroy(listing: &str) -> Vec<String> {
     listing.lines().map(str::trim).filter(|name| ours.iter().any(|o| o == name)).map(str::to_string).collect()
 }
 
-/// Destroys kube-proxy's ipsets (call after the iptables rules using them are gone).
-pub(crate) fn destroy_ipsets(report: &mut LeftoverReport) {
+/// `ipset list -n`, or `None` when ipset is not installed or its module not loaded (then
+/// there are no ipsets to see).
+fn list_ipsets() -> Result<Option<(PathBuf, String)>, super::ExecError> {
     let Some(ipset) = find_program("ipset") else {
-        tracing::debug!("ipset not installed: skipped");
-        return;
+        tracing::debug!("ipset not installed: no ipsets seen");
+        return Ok(None);
     };
     if !std::path::Path::new("/sys/module/ip_set").exists() {
         tracing::debug!("the ip_set module is not loaded: no ipsets");
-        return;
+        return Ok(None);
     }
-    let listing = match run(&ipset, &["list", "-n"], None) {
-        Ok(listing) => listing,
+    let listing = run(&ipset, &["list", "-n"], None)?;
+    Ok(Some((ipset, listing)))
+}
+
+/// Destroys kube-proxy's ipsets (call after the iptables rules using them are gone).
+pub(crate) fn destroy_ipsets(report: &mut LeftoverReport) {
+    let (ipset, listing) = match list_ipsets() {
+        Ok(Some(found)) => found,
+        Ok(None) => return,
         Err(e) => return report.failed(format!("ipsets: {e}")),
     };
     for name in ipsets_to_destroy(&listing) {
@@ -132,6 +218,37 @@ mod tests {
         assert!(names.contains(&"KUBE-6-LOAD-BALANCER-SOURCE-CID".to_string()));
         assert!(names.contains(&"KUBE-6-NODE-PORT-LOCAL-SCTP-HAS".to_string()));
         assert!(names.iter().all(|n| n.len() <= 31), "{names:?}");
+    }
+
+    #[test]
+    fn ipvs_is_flushed_only_where_kube_proxys_ipvs_mode_left_traces() {
+        let none = IpvsModeTraces::new(false, "");
+        assert!(!none.kube_proxy_ran());
+        // kube-router (its own IPVS proxy) and unrelated sets are not kube-proxy's.
+        let others = IpvsModeTraces::new(false, "KUBE-SRC-ABCDEFGHIJ\nKUBE-DST-XYZ\nmy-set\n");
+        assert!(!others.kube_proxy_ran(), "{others:?}");
+        let link = IpvsModeTraces::new(true, "");
+        assert!(link.kube_proxy_ran());
+        assert_eq!(link.describe(), "link kube-ipvs0");
+        let sets = IpvsModeTraces::new(false, "my-set\nKUBE-CLUSTER-IP\nKUBE-6-NODE-PORT-TCP\n");
+        assert!(sets.kube_proxy_ran());
+        assert_eq!(sets.describe(), "ipset KUBE-CLUSTER-IP, ipset KUBE-6-NODE-PORT-TCP");
+    }
+
+    #[test]
+    fn the_link_is_looked_up_by_name_in_the_calling_threads_namespace() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("SKIP: creating a network namespace needs root");
+            return;
+        }
+        // A namespace of this thread's own, where only `lo` exists: read-only lookups.
+        let found = std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
+            (link_exists("lo").expect("lo"), link_exists(IPVS_LINK).expect("kube-ipvs0"))
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(found, (true, false));
     }
 
     #[test]

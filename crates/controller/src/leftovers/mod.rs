@@ -10,8 +10,10 @@
 //!    (`iptables-nft`, `iptables-legacy`, IPv4 and IPv6; plain `iptables` when neither is
 //!    installed). kubelet's chains (`KUBE-FIREWALL`, `KUBE-KUBELET-CANARY`, `KUBE-MARK-DROP`,
 //!    `KUBE-IPTABLES-HINT`) and every other rule stay;
-//! 3. ipvs mode: the IPVS virtual servers (only when the `ip_vs` module is loaded), the
-//!    `kube-ipvs0` link, and kube-proxy's ipsets (after the rules that used them are gone).
+//! 3. ipvs mode: the IPVS virtual servers (only when the `ip_vs` module is loaded, and only
+//!    when `kube-ipvs0` or one of kube-proxy's ipsets shows that its IPVS mode ran: virtual
+//!    servers carry no owner, and other programs use IPVS too), the `kube-ipvs0` link, and
+//!    kube-proxy's ipsets (after the rules that used them are gone).
 //!
 //! Everything runs in the calling thread's network namespace (netlink sockets are opened, and
 //! programs started, from the calling thread). Missing programs and kernel features mean

@@ -14,6 +14,7 @@ const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
 
 const RTM_DELLINK: u16 = 17;
+const RTM_GETLINK: u16 = 18;
 const IFLA_IFNAME: u16 = 3;
 /// `struct ifinfomsg`: family, pad, type, index, flags, change.
 const IFINFOMSG_LEN: usize = 16;
@@ -59,11 +60,22 @@ fn put_str_attr(buf: &mut Vec<u8>, kind: u16, value: &str) {
     buf.resize(buf.len() + align4(len) - len, 0);
 }
 
-/// RTM_DELLINK for the link called `name` (index 0: the kernel looks the name up).
-pub(crate) fn del_link_by_name(seq: u32, name: &str) -> Vec<u8> {
+/// A link request naming the link (index 0: the kernel looks the name up).
+fn link_by_name(kind: u16, seq: u32, name: &str) -> Vec<u8> {
     let mut payload = vec![0u8; IFINFOMSG_LEN];
     put_str_attr(&mut payload, IFLA_IFNAME, name);
-    message(RTM_DELLINK, NLM_F_REQUEST | NLM_F_ACK, seq, &payload)
+    message(kind, NLM_F_REQUEST | NLM_F_ACK, seq, &payload)
+}
+
+/// RTM_DELLINK for the link called `name`.
+pub(crate) fn del_link_by_name(seq: u32, name: &str) -> Vec<u8> {
+    link_by_name(RTM_DELLINK, seq, name)
+}
+
+/// RTM_GETLINK for the link called `name`, like `ip link show dev <name>`: one RTM_NEWLINK
+/// reply when it exists, ENODEV when not.
+pub(crate) fn get_link_by_name(seq: u32, name: &str) -> Vec<u8> {
+    link_by_name(RTM_GETLINK, seq, name)
 }
 
 fn genl_message(kind: u16, flags: u16, seq: u32, cmd: u8, version: u8, attrs: &[u8]) -> Vec<u8> {
@@ -236,6 +248,16 @@ mod tests {
         assert_eq!(u16_at(&msg, 34), 3, "IFLA_IFNAME");
         assert_eq!(&msg[36..47], b"kube-ipvs0\0");
         assert_eq!(msg[47], 0, "padding");
+    }
+
+    #[test]
+    fn getlink_is_the_same_request_as_dellink_but_its_type() {
+        let get = get_link_by_name(9, "kube-ipvs0");
+        let del = del_link_by_name(9, "kube-ipvs0");
+        assert_eq!(u16_at(&get, 4), 18, "RTM_GETLINK");
+        assert_eq!(u16_at(&get, 6), 0x5, "NLM_F_REQUEST | NLM_F_ACK: no dump of every link");
+        assert_eq!(get[..4], del[..4]);
+        assert_eq!(get[8..], del[8..]);
     }
 
     #[test]

@@ -2,18 +2,15 @@
 
 use super::server::Shared;
 use crate::health::ProxyHealth;
+use crate::http_serve::{self, Handler, Limits};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, X_CONTENT_TYPE_OPTIONS};
-use hyper::{Request, Response, StatusCode, body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use std::convert::Infallible;
+use hyper::{Request, Response, StatusCode, body::Incoming};
 use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
+use tokio::net::TcpListener;
 
 /// The header telling load balancers how much traffic this node takes.
 const WEIGHT_HEADER: &str = "x-load-balancing-endpoint-weight";
@@ -69,37 +66,12 @@ fn response(shared: &Shared, proxy: &ProxyHealth) -> Response<Full<Bytes>> {
     resp
 }
 
-async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, proxy: Arc<ProxyHealth>) {
-    let service = service_fn(move |_req: Request<Incoming>| {
-        let resp = response(&shared, &proxy);
-        async move { Ok::<_, Infallible>(resp) }
-    });
-    let _ = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
-        .serve_connection(TokioIo::new(stream), service)
-        .await;
-}
-
 /// Accepts and serves until the task is aborted; aborting it closes the listener and every
 /// connection it accepted.
 pub(super) async fn serve(listener: TcpListener, shared: Arc<Shared>, proxy: Arc<ProxyHealth>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    connections.spawn(serve_connection(stream, shared.clone(), proxy.clone()));
-                }
-                Err(e) => {
-                    tracing::debug!(service = %shared, "health check accept failed: {e}");
-                    // Out of file descriptors, for example: do not spin.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
+    // Every request gets the same answer, whatever its path.
+    let handler: Handler = Arc::new(move |_req: &Request<Incoming>| response(&shared, &proxy));
+    http_serve::serve(listener, Limits::default(), handler).await;
 }
 
 #[cfg(test)]
