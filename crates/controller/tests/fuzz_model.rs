@@ -198,14 +198,60 @@ fn cases(default: u32) -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(default)
 }
 
-/// Namespaces of hostile objects in the isolation property: they sort after every `good-*`
-/// namespace, so by the model's claim rule (the first Service port in (namespace, name, port,
-/// protocol) order owns an address or NodePort) a hostile object that wants a good one's
-/// address loses it and is told so. A hostile object may still use addresses no good port
-/// claims, e.g. a good ClusterIP on another port as an externalIP: Kubernetes allows that
-/// (CVE-2020-8554 is an API-server admission matter), and it changes nothing of the good ports.
+/// Namespaces of hostile objects in the isolation property: some sort after every `good-*`
+/// namespace, some before (`aa-bad-*`), so that ownership cannot rest on name order alone: a
+/// hostile externalIP or load balancer IP on a good ClusterIP loses it because a ClusterIP is
+/// allocated by the API server and wins over what users write (issue 23), whatever the names.
+/// A hostile object may still use addresses no good port claims, e.g. a good ClusterIP on
+/// another port as an externalIP: Kubernetes allows that (CVE-2020-8554 is an API-server
+/// admission matter), and it changes nothing of the good ports.
 fn bad_namespace() -> impl Strategy<Value = String> {
-    prop_oneof![(0u8..3).prop_map(|k| format!("zz-bad-{k}")), hostile_string().prop_map(|s| format!("zz-bad-{s}"))]
+    prop_oneof![
+        (0u8..3).prop_map(|k| format!("zz-bad-{k}")),
+        (0u8..3).prop_map(|k| format!("aa-bad-{k}")),
+        hostile_string().prop_map(|s| format!("zz-bad-{s}")),
+        hostile_string().prop_map(|s| format!("aa-bad-{s}")),
+    ]
+}
+
+/// What the API server and the load balancer controller allocate, and never give twice:
+/// ClusterIPs, NodePorts and ingress IPs. A hostile Service cannot hold a good one's, so one
+/// that would is given another (these are not written by the untrusted user). A hostile
+/// ingress IP on a good ClusterIP is kept: the ClusterIP must win it.
+fn without_allocated_collisions(bad: &mut Service, good: &[Service]) {
+    use std::net::IpAddr;
+    let parsed =
+        |ips: Vec<&String>| -> Vec<IpAddr> { ips.into_iter().filter_map(|ip| parse_ip_tolerant(ip)).collect() };
+    let cluster_ips = parsed(
+        good.iter().filter_map(|s| s.spec.as_ref()).flat_map(|spec| spec.cluster_ips.iter().flatten()).collect(),
+    );
+    let lb_ips = parsed(
+        good.iter()
+            .filter_map(|s| s.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref())
+            .flatten()
+            .filter_map(|i| i.ip.as_ref())
+            .collect(),
+    );
+    let node_ports: Vec<i32> =
+        good.iter().filter_map(|s| s.spec.as_ref()?.ports.as_ref()).flatten().filter_map(|p| p.node_port).collect();
+    let fix = |taken: &[IpAddr], ip: &mut String| {
+        if parse_ip_tolerant(ip).is_some_and(|a| taken.contains(&a)) {
+            *ip = "10.95.0.1".into();
+        }
+    };
+    let allocated: Vec<IpAddr> = cluster_ips.iter().chain(&lb_ips).copied().collect();
+    if let Some(spec) = bad.spec.as_mut() {
+        spec.cluster_ip.iter_mut().for_each(|ip| fix(&allocated, ip));
+        spec.cluster_ips.iter_mut().flatten().for_each(|ip| fix(&allocated, ip));
+        for port in spec.ports.iter_mut().flatten() {
+            if port.node_port.is_some_and(|np| node_ports.contains(&np)) {
+                port.node_port = Some(31999);
+            }
+        }
+    }
+    if let Some(ingress) = bad.status.as_mut().and_then(|s| s.load_balancer.as_mut()?.ingress.as_mut()) {
+        ingress.iter_mut().filter_map(|i| i.ip.as_mut()).for_each(|ip| fix(&lb_ips, ip));
+    }
 }
 
 fn any_namespace() -> impl Strategy<Value = String> {
@@ -222,33 +268,28 @@ proptest! {
     #[test]
     fn hostile_objects_never_change_what_good_ones_get(
         good in good_objects(4),
-        bad_services in vec(hostile_service(bad_namespace()), 0..4),
+        mut bad_services in vec(hostile_service(bad_namespace()), 0..4),
         bad_slices in vec(hostile_slice(bad_namespace()), 0..4),
     ) {
-        let node = good_node();
         let (good_services, good_slices): (Vec<_>, Vec<_>) = good.into_iter().unzip();
-        let alone = Input::new(&good_services, &good_slices, Some(&node), &[]).build();
-        let all_services: Vec<Service> = good_services.iter().chain(&bad_services).cloned().collect();
-        let all_slices: Vec<EndpointSlice> = good_slices.iter().chain(&bad_slices).cloned().collect();
-        let full = Input::new(&all_services, &all_slices, Some(&node), &[]).build();
-
-        let good_ports: ServicePorts =
-            full.model.services.values().filter(|p| is_good(&p.name.namespace)).cloned().collect();
-        prop_assert_eq!(&good_ports, &alone.model.services);
-        let good_problems: Vec<_> = full.problems.iter().filter(|p| is_good(&p.object.namespace)).cloned().collect();
-        prop_assert_eq!(&good_problems, &alone.problems);
-        prop_assert_eq!(&full.model.node, &alone.model.node);
-
-        // The table: with the hostile ports taken out of the full model it is the good objects'
-        // table exactly, and every per-Service chain of a good port is the same in both.
-        let rs_full = render_diff_print(&full);
-        let rs_alone = render_diff_print(&alone);
-        let mut trimmed = full.model.clone();
-        trimmed.services.retain(|p| is_good(&p.name.namespace));
-        prop_assert_eq!(render(&trimmed, &RenderOptions::default()), rs_alone.clone());
-        for (name, chain) in rs_alone.chains.iter().filter(|(n, _)| n.contains("-good-") && !n.contains("zz-bad-")) {
-            prop_assert_eq!(rs_full.chains.get(name), Some(chain), "chain {}", name);
+        for bad in &mut bad_services {
+            without_allocated_collisions(bad, &good_services);
         }
+        isolated(&good_services, &good_slices, &bad_services, &bad_slices)?;
+    }
+
+    /// Issue 23: Services named before the good ones claim the good ClusterIPs and load
+    /// balancer IPs on the good ports, in every spelling: the good ones keep them all.
+    #[test]
+    fn squatters_named_first_never_take_good_addresses(
+        good in good_objects(4),
+        mut squatters in vec(squatter_service(), 1..4),
+    ) {
+        let (good_services, good_slices): (Vec<_>, Vec<_>) = good.into_iter().unzip();
+        for bad in &mut squatters {
+            without_allocated_collisions(bad, &good_services);
+        }
+        isolated(&good_services, &good_slices, &squatters, &[])?;
     }
 
     #[test]
@@ -264,6 +305,40 @@ proptest! {
         let silent = left_out_silently(&input, &built);
         prop_assert!(silent.is_empty(), "left out without a problem: {:?}\nproblems: {:#?}", silent, built.problems);
     }
+}
+
+/// The isolation property: the good objects' ports, problems and per-Service chains are the
+/// same with the hostile objects as without them.
+fn isolated(
+    good_services: &[Service],
+    good_slices: &[EndpointSlice],
+    bad_services: &[Service],
+    bad_slices: &[EndpointSlice],
+) -> Result<(), TestCaseError> {
+    let node = good_node();
+    let alone = Input::new(good_services, good_slices, Some(&node), &[]).build();
+    let all_services: Vec<Service> = good_services.iter().chain(bad_services).cloned().collect();
+    let all_slices: Vec<EndpointSlice> = good_slices.iter().chain(bad_slices).cloned().collect();
+    let full = Input::new(&all_services, &all_slices, Some(&node), &[]).build();
+
+    let good_ports: ServicePorts =
+        full.model.services.values().filter(|p| is_good(&p.name.namespace)).cloned().collect();
+    prop_assert_eq!(&good_ports, &alone.model.services);
+    let good_problems: Vec<_> = full.problems.iter().filter(|p| is_good(&p.object.namespace)).cloned().collect();
+    prop_assert_eq!(&good_problems, &alone.problems);
+    prop_assert_eq!(&full.model.node, &alone.model.node);
+
+    // The table: with the hostile ports taken out of the full model it is the good objects'
+    // table exactly, and every per-Service chain of a good port is the same in both.
+    let rs_full = render_diff_print(&full);
+    let rs_alone = render_diff_print(&alone);
+    let mut trimmed = full.model.clone();
+    trimmed.services.retain(|p| is_good(&p.name.namespace));
+    prop_assert_eq!(render(&trimmed, &RenderOptions::default()), rs_alone.clone());
+    for (name, chain) in rs_alone.chains.iter().filter(|(n, _)| n.contains("-good-") && !n.contains("-bad-")) {
+        prop_assert_eq!(rs_full.chains.get(name), Some(chain), "chain {}", name);
+    }
+    Ok(())
 }
 
 /// `nft -c -f -` inside a network namespace of its own (`unshare -n`: created for the command

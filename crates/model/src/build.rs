@@ -3,15 +3,15 @@
 use crate::claims::{ClaimIndex, PortClaims};
 use crate::endpoints::{SelectionInput, select};
 use crate::names::{ServiceNames, Spellings};
-use crate::net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
+use crate::net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, special_address};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::slices::{Address, EndpointView, SliceView};
 use crate::source;
 use crate::types::{
-    Endpoint, EndpointHints, EndpointTarget, NodeFacts, OutsideAccess, ProxyConfig, ProxyModel, ServiceCounters,
-    ServicePort, ServicePortName, TopologyHints,
+    Endpoint, EndpointHints, EndpointTarget, NodeFacts, OutsideAccess, ProxyConfig, ProxyModel, ServicePort,
+    ServicePortName, TopologyHints,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -77,8 +77,7 @@ pub fn build_model(
             slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
         let (namespace, name) = (spellings.get(&svc.namespace), Arc::from(svc.name.as_str()));
         let names = ServiceNames { namespace: &namespace, name: &name, ports: &mut spellings };
-        let counters = &model.config.service_counters;
-        for port in build_service(&model.node, &families, counters, svc, names, svc_slices, &mut problems) {
+        for port in build_service(&model.node, &families, &model.config, svc, names, svc_slices, &mut problems) {
             claims.register(&PortClaims::of(&port));
             raw.push(port);
         }
@@ -114,13 +113,9 @@ pub(crate) fn node_facts(
         if kind != "InternalIP" && kind != "ExternalIP" {
             continue;
         }
-        match parse_ip_tolerant(addr) {
-            Some(ip) => parsed.push((kind, ip)),
-            None => problems.push(Problem::new(
-                object.clone(),
-                "InvalidNodeAddress",
-                format!("{kind} {addr:?} is not an IP address"),
-            )),
+        match parse_ip_checked(addr) {
+            Ok(ip) => parsed.push((kind, ip)),
+            Err(e) => problems.push(Problem::new(object.clone(), "InvalidNodeAddress", format!("{kind} {addr:?} {e}"))),
         }
     }
     // The primary IP of a family is its first InternalIP, or failing that its first ExternalIP.
@@ -135,11 +130,9 @@ pub(crate) fn node_facts(
     facts.addresses.dedup();
     facts.zone = node.labels.get(ZONE_LABEL).cloned();
     for cidr in &node.pod_cidrs {
-        match Cidr::parse_tolerant(cidr) {
-            Some(c) => facts.pod_cidrs.push(c),
-            None => {
-                problems.push(Problem::new(object.clone(), "InvalidPodCIDR", format!("podCIDR {cidr:?} is not a CIDR")))
-            }
+        match Cidr::parse_checked(cidr) {
+            Ok(c) => facts.pod_cidrs.push(c),
+            Err(e) => problems.push(Problem::new(object.clone(), "InvalidPodCIDR", format!("podCIDR {cidr:?} {e}"))),
         }
     }
     facts
@@ -171,25 +164,41 @@ fn traffic_policy(raw: &str, field: &str, r: &mut Reporter<'_>) -> bool {
     }
 }
 
+/// Which addresses a field may hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Claimable {
+    /// Any address (ClusterIPs: allocated by the API server from its ranges).
+    Any,
+    /// No special address (see [`special_address`]): externalIPs and load balancer IPs, which
+    /// would otherwise capture traffic no Service may own.
+    Ordinary,
+}
+
 fn parse_addresses<'s>(
     raws: impl IntoIterator<Item = &'s str>,
     families: &[IpFamily],
-    what: &str,
-    reason: &'static str,
+    (what, reason, claimable): (&str, &'static str, Claimable),
     r: &mut Reporter<'_>,
 ) -> Vec<IpAddr> {
     let mut out = Vec::new();
+    // A set beside the vector (which keeps the order written): checking the vector for each
+    // address was quadratic, 20,000 externalIPs took seconds.
+    let mut seen = HashSet::new();
     for raw in raws {
-        match parse_ip_tolerant(raw) {
+        match parse_ip_checked(raw) {
+            Ok(ip) if claimable == Claimable::Ordinary && special_address(&ip).is_some() => {
+                let kind = special_address(&ip).unwrap_or_default();
+                r.report(reason, format!("{what} {raw:?} is {kind}: no Service may claim it"));
+            }
             // An address of a family this node does not program is the other half of a
             // dual-stack Service: not an error.
-            Some(ip) if families.contains(&IpFamily::of(&ip)) => {
-                if !out.contains(&ip) {
+            Ok(ip) if families.contains(&IpFamily::of(&ip)) => {
+                if seen.insert(ip) {
                     out.push(ip);
                 }
             }
-            Some(_) => {}
-            None => r.report(reason, format!("{what} {raw:?} is not an IP address")),
+            Ok(_) => {}
+            Err(e) => r.report(reason, format!("{what} {raw:?} {e}")),
         }
     }
     out
@@ -199,7 +208,7 @@ fn parse_addresses<'s>(
 pub(crate) fn build_service<S: SliceView>(
     node: &NodeFacts,
     families: &[IpFamily],
-    counters: &ServiceCounters,
+    config: &ProxyConfig,
     svc: &source::Service,
     names: ServiceNames<'_>,
     slices: &[S],
@@ -224,8 +233,8 @@ pub(crate) fn build_service<S: SliceView>(
         return Vec::new();
     }
     let reported = r.problems.len();
-    let cluster_ips =
-        parse_addresses(svc.cluster_ips.iter().map(String::as_str), families, "clusterIP", "InvalidClusterIP", &mut r);
+    let cluster_field = ("clusterIP", "InvalidClusterIP", Claimable::Any);
+    let cluster_ips = parse_addresses(svc.cluster_ips.iter().map(String::as_str), families, cluster_field, &mut r);
     if cluster_ips.is_empty() {
         // An unparsable address was reported already; otherwise say why nothing is usable.
         if r.problems.len() == reported {
@@ -241,13 +250,8 @@ pub(crate) fn build_service<S: SliceView>(
         }
         return Vec::new();
     }
-    let external_ips = parse_addresses(
-        svc.external_ips.iter().map(String::as_str),
-        families,
-        "externalIP",
-        "InvalidExternalIP",
-        &mut r,
-    );
+    let external_field = ("externalIP", "InvalidExternalIP", Claimable::Ordinary);
+    let external_ips = parse_addresses(svc.external_ips.iter().map(String::as_str), families, external_field, &mut r);
     let load_balancer_ips = if service_type == "LoadBalancer" {
         let captured = svc
             .load_balancer_ingress
@@ -256,16 +260,42 @@ pub(crate) fn build_service<S: SliceView>(
             // reach the node unchanged.
             .filter(|ing| !ing.ip.is_empty() && ing.ip_mode.as_deref() != Some("Proxy"))
             .map(|ing| ing.ip.as_str());
-        parse_addresses(captured, families, "load balancer ingress IP", "InvalidLoadBalancerIP", &mut r)
+        let field = ("load balancer ingress IP", "InvalidLoadBalancerIP", Claimable::Ordinary);
+        parse_addresses(captured, families, field, &mut r)
     } else {
         Vec::new()
     };
     let mut source_ranges = Vec::new();
+    let mut closed = false;
     for raw in &svc.load_balancer_source_ranges {
-        match Cidr::parse_tolerant(raw) {
-            Some(c) => source_ranges.push(c),
-            None => r.report("InvalidSourceRange", format!("loadBalancerSourceRange {raw:?} is not a CIDR")),
+        match Cidr::parse_checked(raw) {
+            Ok(c) => source_ranges.push(c),
+            Err(e) => {
+                // Leaving the range out would let in sources the user meant to keep out (all
+                // of them, when it was the only one): no source is allowed instead.
+                closed = true;
+                let message = format!("loadBalancerSourceRange {raw:?} {e}; the load balancer IPs allow no source");
+                r.report("InvalidSourceRange", message);
+            }
         }
+    }
+    if closed {
+        source_ranges.clear();
+    }
+    let addresses = cluster_ips.len() + external_ips.len() + load_balancer_ips.len();
+    let elements = svc.ports.len().saturating_mul(addresses).saturating_add(source_ranges.len());
+    if elements > config.max_elements_per_service {
+        r.report(
+            "TooManyElements",
+            format!(
+                "{} ports on {addresses} addresses and {} source ranges make {elements} elements, more than the \
+                 {} one Service may have; the Service is left out",
+                svc.ports.len(),
+                source_ranges.len(),
+                config.max_elements_per_service
+            ),
+        );
+        return Vec::new();
     }
     let external_policy_local = traffic_policy(&svc.external_traffic_policy, "externalTrafficPolicy", &mut r)
         && (service_type != "ClusterIP" || !external_ips.is_empty());
@@ -343,6 +373,7 @@ pub(crate) fn build_service<S: SliceView>(
             external_ips: external_ips.clone(),
             load_balancer_ips: load_balancer_ips.clone(),
             source_ranges: source_ranges.clone(),
+            closed,
         };
         let mut port = ServicePort {
             name,
@@ -358,7 +389,7 @@ pub(crate) fn build_service<S: SliceView>(
             hints,
             v4: Default::default(),
             v6: Default::default(),
-            counted: counters.counts(&svc.labels),
+            counted: config.service_counters.counts(&svc.labels),
         };
         select_endpoints(node, &mut port);
         ports.push(port);
@@ -437,27 +468,27 @@ fn collect_endpoints<S: SliceView>(
                 continue;
             };
             for ep in slice.endpoints() {
-                let (parsed, raw) = match ep.address() {
-                    Some(Address::Ip(ip)) => (Some(ip), None),
-                    Some(Address::Text(raw)) => (parse_ip_tolerant(raw), Some(raw)),
+                let (parsed, raw, ip) = match ep.address() {
+                    Some(Address::Ip(ip)) => (check_ip(ip), None, Some(ip)),
+                    Some(Address::Text(raw)) => (parse_ip_checked(raw), Some(raw), None),
                     None => {
                         r.report("InvalidEndpointAddress", "an endpoint has no address".to_string());
                         continue;
                     }
                 };
                 // A parsed address came from its canonical spelling, which is what it prints.
-                let raw = || raw.map_or_else(|| parsed.map(|ip| ip.to_string()).unwrap_or_default(), str::to_string);
+                let raw = || raw.map_or_else(|| ip.map(|ip| ip.to_string()).unwrap_or_default(), str::to_string);
                 let addr = match parsed {
-                    Some(addr) if IpFamily::of(&addr) == family => addr,
-                    Some(_) => {
+                    Ok(addr) if IpFamily::of(&addr) == family => addr,
+                    Ok(_) => {
                         r.report(
                             "InvalidEndpointAddress",
                             format!("address {:?} is not {family} as the slice's addressType says", raw()),
                         );
                         continue;
                     }
-                    None => {
-                        r.report("InvalidEndpointAddress", format!("address {:?} is not an IP address", raw()));
+                    Err(e) => {
+                        r.report("InvalidEndpointAddress", format!("address {:?} {e}", raw()));
                         continue;
                     }
                 };

@@ -1,13 +1,39 @@
 //! Which Service port owns each address and NodePort, so that two Services never claim the
-//! same traffic: among the ports that want a key, the first in (namespace, name, port,
-//! protocol) order owns it; the others are left without it and told why. Kept as an index so
-//! that adding or removing one Service settles ownership without looking at the others.
+//! same traffic. Precedence follows trust: a ClusterIP (allocated and de-duplicated by the API
+//! server) beats a load balancer IP (written by a controller through the status subresource),
+//! which beats an externalIP (free text any user who may create a Service can write). Only
+//! among claims of the same kind does (namespace, name, port, protocol) order decide. The
+//! losers are left without the key and told why. Kept as an index, each contender filed under
+//! its (kind, name), so that adding or removing one Service settles ownership without looking
+//! at the others.
 
 use crate::net::Protocol;
 use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::types::{OutsideAccess, ServicePort, ServicePortName};
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
+
+/// How much a claim is trusted: the lower, the stronger. A port that wants one key as two kinds
+/// (its own ClusterIP listed as an externalIP) contends with the stronger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Rank {
+    /// A ClusterIP, or a NodePort (allocated by the API server as well).
+    Allocated,
+    /// A load balancer ingress IP.
+    LoadBalancer,
+    /// An externalIP.
+    External,
+}
+
+impl Rank {
+    fn kind(self) -> &'static str {
+        match self {
+            Rank::Allocated => "clusterIP",
+            Rank::LoadBalancer => "load balancer IP",
+            Rank::External => "externalIP",
+        }
+    }
+}
 
 /// A claimable key: an address with protocol and port, or a NodePort.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -63,6 +89,7 @@ impl PortClaims {
             external_ips: self.external_ips().to_vec(),
             load_balancer_ips: self.load_balancer_ips().to_vec(),
             source_ranges: settled.source_ranges().to_vec(),
+            closed: settled.firewall_closed(),
         };
         ServicePort {
             cluster_ips: self.cluster_ips().into(),
@@ -72,16 +99,23 @@ impl PortClaims {
         }
     }
 
-    /// The keys the port wants, sorted, without duplicates.
-    fn wanted(&self) -> Vec<Claim> {
+    /// The keys the port wants, each with the strongest rank it wants it as, sorted, without
+    /// duplicates.
+    fn wanted(&self) -> Vec<(Claim, Rank)> {
         let p = self.name.protocol;
-        let mut out: Vec<Claim> = Vec::with_capacity(self.addresses.len() + 1);
-        out.extend(self.addresses.iter().map(|ip| Claim::Address(*ip, p, self.port)));
+        let mut out: Vec<(Claim, Rank)> = Vec::with_capacity(self.addresses.len() + 1);
+        let ranked = |ips: &[IpAddr], rank: Rank| {
+            ips.iter().map(move |ip| (Claim::Address(*ip, p, self.port), rank)).collect::<Vec<_>>()
+        };
+        out.extend(ranked(self.cluster_ips(), Rank::Allocated));
+        out.extend(ranked(self.load_balancer_ips(), Rank::LoadBalancer));
+        out.extend(ranked(self.external_ips(), Rank::External));
         if let Some(np) = self.node_port {
-            out.push(Claim::NodePort(p, np));
+            out.push((Claim::NodePort(p, np), Rank::Allocated));
         }
+        // Sorted by (key, rank): the first of each key is its strongest rank.
         out.sort_unstable();
-        out.dedup();
+        out.dedup_by(|later, first| later.0 == first.0);
         out
     }
 }
@@ -94,44 +128,49 @@ pub(crate) struct ClaimIndex {
     contenders: HashMap<Claim, Contenders>,
 }
 
-/// Who wants a key, sorted, without duplicates. Nearly every key has one contender, held
-/// inline: a one-element vector beside it cost 64 bytes per Service.
+/// A contender: its rank for the key, then its name, so that sorted contenders put the owner
+/// first.
+type Contender = (Rank, ServicePortName);
+
+/// Who wants a key, sorted by (rank, name), without duplicates. Nearly every key has one
+/// contender, held inline: a one-element vector beside it cost 64 bytes per Service.
 #[derive(Debug)]
 enum Contenders {
-    One(ServicePortName),
-    Many(Vec<ServicePortName>),
+    One(Contender),
+    Many(Vec<Contender>),
 }
 
 impl Contenders {
-    fn names(&self) -> &[ServicePortName] {
+    fn all(&self) -> &[Contender] {
         match self {
-            Contenders::One(name) => std::slice::from_ref(name),
-            Contenders::Many(names) => names,
+            Contenders::One(c) => std::slice::from_ref(c),
+            Contenders::Many(all) => all,
         }
     }
 
-    fn insert(&mut self, name: &ServicePortName) {
-        let Err(at) = self.names().binary_search(name) else { return };
-        let mut names = match std::mem::replace(self, Contenders::Many(Vec::new())) {
+    fn insert(&mut self, c: Contender) {
+        let Err(at) = self.all().binary_search(&c) else { return };
+        let mut all = match std::mem::replace(self, Contenders::Many(Vec::new())) {
             Contenders::One(first) => vec![first],
-            Contenders::Many(names) => names,
+            Contenders::Many(all) => all,
         };
-        names.insert(at, name.clone());
-        *self = Contenders::Many(names);
+        all.insert(at, c);
+        *self = Contenders::Many(all);
     }
 
-    /// Removes `name`; `false` when nobody is left.
-    fn remove(&mut self, name: &ServicePortName) -> bool {
+    /// Removes `c` (registered with the same rank it is withdrawn with); `false` when nobody
+    /// is left.
+    fn remove(&mut self, c: &Contender) -> bool {
         match self {
-            Contenders::One(only) => only != name,
-            Contenders::Many(names) => {
-                if let Ok(at) = names.binary_search(name) {
-                    names.remove(at);
+            Contenders::One(only) => only != c,
+            Contenders::Many(all) => {
+                if let Ok(at) = all.binary_search(c) {
+                    all.remove(at);
                 }
-                if names.len() == 1 {
-                    *self = Contenders::One(names.remove(0));
+                if all.len() == 1 {
+                    *self = Contenders::One(all.remove(0));
                 }
-                !self.names().is_empty()
+                !self.all().is_empty()
             }
         }
     }
@@ -140,11 +179,11 @@ impl Contenders {
 impl ClaimIndex {
     /// Registers `port`'s wishes.
     pub fn register(&mut self, port: &PortClaims) {
-        for c in port.wanted() {
+        for (c, rank) in port.wanted() {
             match self.contenders.get_mut(&c) {
-                Some(names) => names.insert(&port.name),
+                Some(all) => all.insert((rank, port.name.clone())),
                 None => {
-                    self.contenders.insert(c, Contenders::One(port.name.clone()));
+                    self.contenders.insert(c, Contenders::One((rank, port.name.clone())));
                 }
             }
         }
@@ -152,9 +191,9 @@ impl ClaimIndex {
 
     /// Withdraws `port`'s wishes.
     pub fn unregister(&mut self, port: &PortClaims) {
-        for c in port.wanted() {
-            if let Some(names) = self.contenders.get_mut(&c)
-                && !names.remove(&port.name)
+        for (c, rank) in port.wanted() {
+            if let Some(all) = self.contenders.get_mut(&c)
+                && !all.remove(&(rank, port.name.clone()))
             {
                 self.contenders.remove(&c);
             }
@@ -164,8 +203,8 @@ impl ClaimIndex {
     /// Everybody else who wants one of `port`'s keys (whose ownership may change with it),
     /// added to `out`.
     pub fn rivals_into(&self, port: &PortClaims, out: &mut BTreeSet<ServicePortName>) {
-        for c in port.wanted() {
-            for name in self.contenders.get(&c).map_or(&[][..], Contenders::names) {
+        for (c, _) in port.wanted() {
+            for (_, name) in self.contenders.get(&c).map_or(&[][..], Contenders::all) {
                 if *name != port.name && !out.contains(name) {
                     out.insert(name.clone());
                 }
@@ -173,8 +212,8 @@ impl ClaimIndex {
         }
     }
 
-    fn owner(&self, c: &Claim) -> Option<&ServicePortName> {
-        self.contenders.get(c).and_then(|s| s.names().first())
+    fn owner(&self, c: &Claim) -> Option<&Contender> {
+        self.contenders.get(c).and_then(|s| s.all().first())
     }
 
     /// `port` with the keys it does not own removed, and a problem for each.
@@ -182,17 +221,17 @@ impl ClaimIndex {
         let mut problems = Vec::new();
         let name = port.name.clone();
         let (p, number) = (port.protocol(), port.port);
-        let mut lost = |what: String, other: &ServicePortName| {
+        let mut lost = |what: String, as_its: &str, other: &ServicePortName| {
             let object = ObjectRef::new(ObjectKind::Service, &name.namespace, &name.name);
             problems.push(Problem::new(
                 object,
                 "AddressConflict",
-                format!("{what} is already used by {other}; left out of {name}"),
+                format!("{what} is already used by {other} (its {as_its}); left out of {name}"),
             ));
         };
         let mut keep = |ip: &IpAddr, kind: &str| match self.owner(&Claim::Address(*ip, p, number)) {
-            Some(owner) if *owner != name => {
-                lost(format!("{kind} {ip} {p}/{number}"), owner);
+            Some(owner) if owner.1 != name => {
+                lost(format!("{kind} {ip} {p}/{number}"), owner.0.kind(), &owner.1);
                 false
             }
             _ => true,
@@ -207,9 +246,9 @@ impl ClaimIndex {
         }
         if let Some(np) = port.node_port
             && let Some(owner) = self.owner(&Claim::NodePort(p, np))
-            && *owner != name
+            && owner.1 != name
         {
-            lost(format!("nodePort {p}/{np}"), owner);
+            lost(format!("nodePort {p}/{np}"), "nodePort", &owner.1);
             port.node_port = None;
         }
         (port, problems)
@@ -227,27 +266,30 @@ mod tests {
     fn contenders_are_the_sorted_set_of_those_left() {
         let names: Vec<ServicePortName> =
             ["c", "a", "d", "b"].iter().map(|n| ServicePortName::new("ns", n, "", Protocol::Tcp)).collect();
+        // Each name always contends with the same rank, as a port registers and withdraws.
+        let ranks = [Rank::External, Rank::Allocated, Rank::LoadBalancer, Rank::External];
         let mut seed = 3u64;
         let mut held: Option<Contenders> = None;
-        let mut plain: BTreeSet<ServicePortName> = BTreeSet::new();
+        let mut plain: BTreeSet<Contender> = BTreeSet::new();
         for _ in 0..2000 {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let name = &names[(seed >> 33) as usize % names.len()];
+            let i = (seed >> 33) as usize % names.len();
+            let c = (ranks[i], names[i].clone());
             if (seed >> 20).is_multiple_of(2) {
                 match held.as_mut() {
-                    Some(c) => c.insert(name),
-                    None => held = Some(Contenders::One(name.clone())),
+                    Some(all) => all.insert(c.clone()),
+                    None => held = Some(Contenders::One(c.clone())),
                 }
-                plain.insert(name.clone());
+                plain.insert(c);
             } else {
-                if let Some(c) = held.as_mut()
-                    && !c.remove(name)
+                if let Some(all) = held.as_mut()
+                    && !all.remove(&c)
                 {
                     held = None;
                 }
-                plain.remove(name);
+                plain.remove(&c);
             }
-            let got = held.as_ref().map_or(&[][..], Contenders::names);
+            let got = held.as_ref().map_or(&[][..], Contenders::all);
             assert_eq!(got, plain.iter().cloned().collect::<Vec<_>>().as_slice());
             assert!(!matches!(held, Some(Contenders::Many(ref v)) if v.len() < 2), "one contender is held inline");
         }
@@ -262,7 +304,7 @@ mod tests {
         let outside = OutsideAccess {
             external_ips: vec![ip("192.0.2.1"), ip("192.0.2.2")],
             load_balancer_ips: vec![ip("198.51.100.1")],
-            source_ranges: vec![],
+            ..OutsideAccess::default()
         };
         std::sync::Arc::make_mut(&mut port).outside = outside.boxed();
         let claims = PortClaims::of(&port);

@@ -26,11 +26,12 @@ pub use build::{
     BuildOutput, DEFAULT_AFFINITY_TIMEOUT, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ZONE_LABEL, build_model,
 };
 pub use cache::{ModelCache, PortChange, Rebuilt};
-pub use net::{Cidr, IpFamily, Protocol, parse_ip_tolerant};
+pub use net::{AddressError, Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, parse_ip_tolerant, special_address};
 pub use nodeport::{NodePortAddresses, NodePortAddressesError, parse_nodeport_addresses};
 pub use ports::ServicePorts;
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use types::{
-    DetectLocal, Endpoint, EndpointHints, EndpointSelection, EndpointTarget, NodeFacts, OutsideAccess, Picks, PodMatch,
-    ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName, Targets, TopologyHints,
+    DEFAULT_MAX_ELEMENTS_PER_SERVICE, DetectLocal, Endpoint, EndpointHints, EndpointSelection, EndpointTarget,
+    NodeFacts, OutsideAccess, Picks, PodMatch, ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName,
+    Targets, TopologyHints,
 };

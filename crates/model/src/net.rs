@@ -91,9 +91,59 @@ impl fmt::Display for Protocol {
     }
 }
 
+/// Why text is not an address (or network) verdict will use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// Not an address at all.
+    #[error("is not an IP address")]
+    NotAnAddress,
+    /// `::ffff:a.b.c.d`: refused rather than read as IPv4, because the same text would then be
+    /// IPv6 to one part of the proxy (an IPv6 set) and IPv4 to another (conntrack, which maps
+    /// it back); upstream's strict validation (StrictIPCIDRValidation) refuses it too.
+    #[error("is an IPv4-mapped IPv6 address (write the IPv4 address instead)")]
+    Ipv4Mapped,
+}
+
 /// Parses an IP address the way kube-proxy does: surrounding spaces are ignored and IPv4 octets
-/// may carry leading zeros (`172.30.0.041` is `172.30.0.41`, never octal).
+/// may carry leading zeros (`172.30.0.041` is `172.30.0.41`, never octal). IPv4-mapped IPv6
+/// addresses are refused (see [`AddressError::Ipv4Mapped`]).
 pub fn parse_ip_tolerant(s: &str) -> Option<IpAddr> {
+    parse_ip_checked(s).ok()
+}
+
+/// [`parse_ip_tolerant`], saying why an address is refused.
+pub fn parse_ip_checked(s: &str) -> Result<IpAddr, AddressError> {
+    check_ip(parse_ip_syntax(s).ok_or(AddressError::NotAnAddress)?)
+}
+
+/// `ip` unless it is a form verdict refuses wherever it comes from (text or binary).
+pub fn check_ip(ip: IpAddr) -> Result<IpAddr, AddressError> {
+    match ip {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Err(AddressError::Ipv4Mapped),
+        ip => Ok(ip),
+    }
+}
+
+/// What an address no Service may claim as an externalIP or load balancer IP is, if it is one:
+/// the addresses upstream's API validation refuses for externalIPs (ValidateNonSpecialIP:
+/// unspecified, loopback, link-local unicast and multicast), and also every multicast address
+/// and the IPv4 broadcast address, which a Service can never own either. `None`: claimable.
+pub fn special_address(ip: &IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(a) if a.is_unspecified() => Some("unspecified"),
+        IpAddr::V4(a) if a.is_broadcast() => Some("the broadcast address"),
+        IpAddr::V4(a) if a.is_multicast() => Some("multicast"),
+        IpAddr::V4(a) if a.is_loopback() => Some("loopback"),
+        IpAddr::V4(a) if a.is_link_local() => Some("link-local"),
+        IpAddr::V6(a) if a.is_unspecified() => Some("unspecified"),
+        IpAddr::V6(a) if a.is_multicast() => Some("multicast"),
+        IpAddr::V6(a) if a.is_loopback() => Some("loopback"),
+        IpAddr::V6(a) if a.is_unicast_link_local() => Some("link-local"),
+        _ => None,
+    }
+}
+
+fn parse_ip_syntax(s: &str) -> Option<IpAddr> {
     let s = s.trim();
     if let Ok(ip) = IpAddr::from_str(s) {
         return Some(ip);
@@ -154,17 +204,23 @@ impl Cidr {
 
     /// Parses `a.b.c.d/n` or `x::/n`, tolerating spaces and leading zeros as kube-proxy does
     /// (`203.0.113.000/025` is `203.0.113.0/25`). A bare address is a host network.
+    /// IPv4-mapped networks (`::ffff:10.0.0.0/104`) are refused, as addresses are.
     pub fn parse_tolerant(s: &str) -> Option<Cidr> {
+        Cidr::parse_checked(s).ok()
+    }
+
+    /// [`Cidr::parse_tolerant`], saying why a network is refused.
+    pub fn parse_checked(s: &str) -> Result<Cidr, AddressError> {
         let s = s.trim();
         match s.split_once('/') {
-            None => parse_ip_tolerant(s).map(Cidr::host),
+            None => parse_ip_checked(s).map(Cidr::host),
             Some((addr, len)) => {
-                let addr = parse_ip_tolerant(addr)?;
+                let addr = parse_ip_checked(addr)?;
                 let len = len.trim();
                 if len.is_empty() || len.len() > 3 || !len.bytes().all(|b| b.is_ascii_digit()) {
-                    return None;
+                    return Err(AddressError::NotAnAddress);
                 }
-                Cidr::new(addr, len.parse().ok()?)
+                Cidr::new(addr, len.parse().map_err(|_| AddressError::NotAnAddress)?).ok_or(AddressError::NotAnAddress)
             }
         }
     }
@@ -232,6 +288,45 @@ mod tests {
         assert!(!c.contains(&"203.0.113.130".parse().unwrap()));
         assert!(!c.contains(&"fd00::1".parse().unwrap()));
         assert_eq!(Cidr::parse_tolerant("10.0.0.1").unwrap().prefix(), 32);
+    }
+
+    /// One meaning for `::ffff:a.b.c.d`: refused as an address and as a network, from text
+    /// and from a parsed value alike; other IPv6 addresses (the IPv4-compatible `::a.b.c.d`
+    /// included) are not.
+    #[test]
+    fn ipv4_mapped_forms_are_refused_everywhere() {
+        assert_eq!(parse_ip_checked("::ffff:10.96.0.10"), Err(AddressError::Ipv4Mapped));
+        assert_eq!(parse_ip_checked(" ::FFFF:a60:a "), Err(AddressError::Ipv4Mapped));
+        assert_eq!(parse_ip_tolerant("::ffff:10.96.0.10"), None);
+        assert_eq!(Cidr::parse_checked("::ffff:10.0.0.0/104"), Err(AddressError::Ipv4Mapped));
+        assert_eq!(Cidr::parse_tolerant("::ffff:10.0.0.0/104"), None);
+        assert_eq!(Cidr::parse_checked("10.0.0.0/x"), Err(AddressError::NotAnAddress));
+        let mapped: IpAddr = "::ffff:10.96.0.10".parse().unwrap();
+        assert_eq!(check_ip(mapped), Err(AddressError::Ipv4Mapped));
+        assert!(parse_ip_checked("::a60:a").is_ok());
+        assert!(Cidr::parse_checked("::/0").is_ok());
+    }
+
+    #[test]
+    fn special_addresses_are_named() {
+        let special = |s: &str| special_address(&s.parse().unwrap());
+        for (ip, what) in [
+            ("0.0.0.0", "unspecified"),
+            ("::", "unspecified"),
+            ("255.255.255.255", "the broadcast address"),
+            ("224.0.0.1", "multicast"),
+            ("239.1.2.3", "multicast"),
+            ("ff05::1", "multicast"),
+            ("127.0.0.53", "loopback"),
+            ("::1", "loopback"),
+            ("169.254.169.254", "link-local"),
+            ("fe80::1", "link-local"),
+        ] {
+            assert_eq!(special(ip), Some(what), "{ip}");
+        }
+        for ip in ["10.96.0.10", "192.0.2.255", "203.0.113.7", "fd00::1", "2001:db8::1", "223.255.255.255"] {
+            assert_eq!(special(ip), None, "{ip}");
+        }
     }
 
     #[test]

@@ -136,7 +136,16 @@ pub struct ProxyConfig {
     pub families: Vec<IpFamily>,
     /// `--service-counters`: which Service ports get per-Service connection counters.
     pub service_counters: ServiceCounters,
+    /// The most set elements one Service may add: ports x (clusterIPs + externalIPs + load
+    /// balancer IPs), plus its source ranges. A Service beyond it is left out with a problem,
+    /// so that one object cannot make every node's table (and the agent's memory) grow
+    /// without bound.
+    pub max_elements_per_service: usize,
 }
+
+/// The default [`ProxyConfig::max_elements_per_service`]: far beyond any real Service (100
+/// ports on 20 dual-stack addresses is 2,000), far below the millions one object can ask for.
+pub const DEFAULT_MAX_ELEMENTS_PER_SERVICE: usize = 10_000;
 
 /// Which Service ports are counted (`--service-counters`, `--service-counters-selector`).
 /// Counting adds sets and lookups to the table, so it is off unless asked for.
@@ -183,6 +192,7 @@ impl Default for ProxyConfig {
             service_cidrs: Vec::new(),
             families: IpFamily::ALL.to_vec(),
             service_counters: ServiceCounters::Off,
+            max_elements_per_service: DEFAULT_MAX_ELEMENTS_PER_SERVICE,
         }
     }
 }
@@ -303,12 +313,19 @@ pub struct OutsideAccess {
     pub load_balancer_ips: Vec<IpAddr>,
     /// `spec.loadBalancerSourceRanges`.
     pub source_ranges: Vec<Cidr>,
+    /// A source range could not be applied (not a CIDR, or an IPv4-mapped one): the load
+    /// balancer IPs allow no source at all, whatever `source_ranges` says. Failing closed,
+    /// because the user asked for a firewall and dropping a range they meant would open it.
+    pub closed: bool,
 }
 
 impl OutsideAccess {
-    /// `None` when all three are empty, as [`ServicePort::outside`] holds them.
+    /// `None` when all are empty, as [`ServicePort::outside`] holds them.
     pub fn boxed(self) -> Option<Box<OutsideAccess>> {
-        (!self.external_ips.is_empty() || !self.load_balancer_ips.is_empty() || !self.source_ranges.is_empty())
+        (!self.external_ips.is_empty()
+            || !self.load_balancer_ips.is_empty()
+            || !self.source_ranges.is_empty()
+            || self.closed)
             .then(|| Box::new(self))
     }
 }
@@ -497,6 +514,11 @@ impl ServicePort {
     /// `spec.loadBalancerSourceRanges`.
     pub fn source_ranges(&self) -> &[Cidr] {
         self.outside.as_ref().map_or(&[], |o| &o.source_ranges)
+    }
+
+    /// Whether its load balancer IPs allow no source at all (see [`OutsideAccess::closed`]).
+    pub fn firewall_closed(&self) -> bool {
+        self.outside.as_ref().is_some_and(|o| o.closed)
     }
 
     /// Whether traffic can reach this port from outside the cluster network

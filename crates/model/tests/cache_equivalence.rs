@@ -2,7 +2,9 @@
 //! object, after any sequence of changes, and the changes it reports replay to the new model.
 
 use std::collections::BTreeMap;
-use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
+use verdict_model::source::{
+    Endpoint, EndpointPort, EndpointSlice, LoadBalancerIngress, Node, Service, ServicePortSpec,
+};
 use verdict_model::{Cidr, ModelCache, ProxyConfig, ServicePorts, build_model};
 
 struct Rng(u64);
@@ -23,7 +25,15 @@ fn service(rng: &mut Rng, name: usize) -> Service {
         name: format!("svc{name}"),
         service_type: kind.into(),
         cluster_ips: vec![format!("172.30.0.{}", rng.next(8))],
-        external_ips: if rng.next(4) == 0 { vec![format!("192.168.99.{}", rng.next(3))] } else { vec![] },
+        // Outside addresses sometimes another Service's ClusterIP, so that claims of every
+        // kind contend (a ClusterIP beats a load balancer IP beats an externalIP) as
+        // Services come and go.
+        external_ips: if rng.next(4) == 0 { vec![outside_address(rng)] } else { vec![] },
+        load_balancer_ingress: if kind == "LoadBalancer" && rng.next(2) == 0 {
+            vec![LoadBalancerIngress { ip: outside_address(rng), ip_mode: None }]
+        } else {
+            vec![]
+        },
         ports: (0..1 + rng.next(2))
             .map(|i| ServicePortSpec {
                 name: format!("p{i}"),
@@ -36,6 +46,10 @@ fn service(rng: &mut Rng, name: usize) -> Service {
         internal_traffic_policy: ["Cluster", "Local"][rng.next(2)].into(),
         ..Service::default()
     }
+}
+
+fn outside_address(rng: &mut Rng) -> String {
+    if rng.next(2) == 0 { format!("192.168.99.{}", rng.next(3)) } else { format!("172.30.0.{}", rng.next(8)) }
 }
 
 fn slice(rng: &mut Rng, svc: usize, idx: usize) -> EndpointSlice {
@@ -104,6 +118,7 @@ fn incremental_model_equals_batch_model() {
     cache.set_node(the_node.clone());
     let mut mirror = ServicePorts::default();
     let mut conflicts_seen = 0;
+    let mut trumped = 0;
 
     for round in 0..400 {
         for _ in 0..1 + rng.next(4) {
@@ -145,6 +160,10 @@ fn incremental_model_equals_batch_model() {
         assert_eq!(cache.model().services, batch.model.services, "round {round}: services differ");
         assert_eq!(cache.problems(), batch.problems, "round {round}: problems differ");
         conflicts_seen += batch.problems.iter().filter(|p| p.reason == "AddressConflict").count();
+        let lost_to = |kind: &str| {
+            batch.problems.iter().filter(|p| p.reason == "AddressConflict" && p.message.contains(kind)).count()
+        };
+        trumped += lost_to("(its clusterIP)") + lost_to("(its load balancer IP)");
         for change in rebuilt.changes {
             assert_eq!(mirror.get(&change.name), change.old.as_ref(), "round {round}: reported old state is wrong");
             match change.new {
@@ -158,4 +177,5 @@ fn incremental_model_equals_batch_model() {
         );
     }
     assert!(conflicts_seen > 50, "the test should exercise address conflicts ({conflicts_seen})");
+    assert!(trumped > 20, "the test should exercise claims of different kinds ({trumped})");
 }

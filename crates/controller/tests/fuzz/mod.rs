@@ -66,10 +66,13 @@ pub fn hostile_ip() -> impl Strategy<Value = String> {
     prop_oneof![
         4 => pool_v4(96),
         2 => pool_v6(96),
+        // The good Services' load balancer IPs, for externalIPs to contend with.
+        1 => pool_v4(97),
         1 => any::<u32>().prop_map(|n| std::net::Ipv4Addr::from(n).to_string()),
         1 => any::<u128>().prop_map(|n| std::net::Ipv6Addr::from(n).to_string()),
         1 => prop::sample::select(vec![
             "0.0.0.0", "255.255.255.255", "127.0.0.1", "::", "::1", "::ffff:10.96.0.1", "fe80::1%eth0",
+            "::ffff:10.96.1.2", "0:0:0:0:0:ffff:a60:1", "224.0.0.1", "ff02::1", "169.254.169.254", "fe80::1",
             "010.096.000.001", "256.1.1.1", "1.2.3", "10.96.0.1/32", " 10.96.0.2 ", "None", "",
         ])
         .prop_map(str::to_string),
@@ -363,4 +366,66 @@ pub fn good_node() -> Node {
             ..Default::default()
         }),
     }
+}
+
+/// An address of the good objects' (ClusterIPs from `pool_v4(96)`, load balancer IPs from
+/// `pool_v4(97)`) in the spellings that mean it, or that would have meant it to some part of
+/// the proxy: leading zeros, spaces, IPv4-mapped IPv6.
+pub fn squatted_ip() -> impl Strategy<Value = String> {
+    (prop_oneof![pool_v4(96), pool_v4(97)], 0u8..4).prop_map(|(ip, spelling)| match spelling {
+        0 => ip,
+        1 => ip.split('.').map(|o| format!("0{o}")).collect::<Vec<_>>().join("."),
+        2 => format!(" {ip} "),
+        _ => format!("::ffff:{ip}"),
+    })
+}
+
+/// A valid Service in a namespace that sorts before every `good-*` one, claiming the good
+/// objects' ClusterIPs and load balancer IPs on their ports as externalIPs and load balancer
+/// IPs (its own ClusterIP and NodePorts are its own: the API server allocates those).
+pub fn squatter_service() -> impl Strategy<Value = Service> {
+    let ports = prop::sample::subsequence(vec![("http", 80, "TCP"), ("dns", 53, "UDP"), ("sctp", 9, "SCTP")], 1..=3);
+    (
+        0u8..3,
+        prop::sample::select(vec!["ClusterIP", "NodePort", "LoadBalancer"]),
+        pool_v4(95),
+        ports,
+        vec(squatted_ip(), 0..4),
+        vec(squatted_ip(), 0..3),
+        of(vec(hostile_cidr(), 0..2)),
+    )
+        .prop_map(|(k, ty, cluster_ip, ports, external_ips, ingress, ranges)| Service {
+            metadata: meta(Some(format!("aa-bad-{k}")), "svc".into(), BTreeMap::new()),
+            spec: Some(ServiceSpec {
+                type_: Some(ty.into()),
+                cluster_ips: Some(vec![cluster_ip]),
+                ports: Some(
+                    ports
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (name, port, protocol))| ServicePort {
+                            name: Some(name.to_string()),
+                            port: *port,
+                            protocol: Some(protocol.to_string()),
+                            node_port: (ty != "ClusterIP").then_some(31000 + 10 * k as i32 + i as i32),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                external_ips: Some(external_ips),
+                load_balancer_source_ranges: ranges,
+                ..Default::default()
+            }),
+            status: Some(ServiceStatus {
+                load_balancer: Some(LoadBalancerStatus {
+                    ingress: Some(
+                        ingress
+                            .into_iter()
+                            .map(|ip| LoadBalancerIngress { ip: Some(ip), ..Default::default() })
+                            .collect(),
+                    ),
+                }),
+                ..Default::default()
+            }),
+        })
 }

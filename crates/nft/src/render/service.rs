@@ -212,10 +212,11 @@ fn count(view: &PortView, sink: &mut impl Sink) {
 }
 
 /// The load balancer IPs of this family that `loadBalancerSourceRanges` filters (none when
-/// the port has no ranges of this family).
+/// the port has no ranges of this family, unless a range could not be applied: then every
+/// family's are filtered, and nothing is allowed).
 fn firewalled(view: &PortView) -> Vec<IpAddr> {
     let f = view.family;
-    if !view.port.source_ranges().iter().any(|c| c.family() == f) {
+    if !view.port.firewall_closed() && !view.port.source_ranges().iter().any(|c| c.family() == f) {
         return Vec::new();
     }
     let mut lb_ips: Vec<IpAddr> =
@@ -273,12 +274,14 @@ fn fill_slots(sink: &mut impl Sink, map: &str, prefix: &[Value], endpoints: &[En
 /// `loadBalancerSourceRanges`: before DNAT, a new connection to a load balancer IP from a
 /// source outside the ranges is dropped. NodePorts and external IPs are not filtered (as
 /// upstream). When a range contains a node address, the load balancer IPs themselves are
-/// allowed as sources too (traffic hairpinned through the load balancer).
+/// allowed as sources too (traffic hairpinned through the load balancer). A port whose
+/// firewall is closed (a range could not be applied) gets the same chain with no range in it:
+/// every source is dropped.
 fn render_firewall(view: &PortView, sink: &mut impl Sink) {
     let f = view.family;
     let lb_ips = firewalled(view);
     let ranges: Vec<Cidr> = view.port.source_ranges().iter().filter(|c| c.family() == f).copied().collect();
-    if lb_ips.is_empty() || ranges.is_empty() {
+    if lb_ips.is_empty() || (ranges.is_empty() && !view.port.firewall_closed()) {
         return;
     }
     let name = family_name(&service_chain("firewall", &view.port.name), f).into_owned();
