@@ -263,6 +263,7 @@ fn bad_kube_proxy_flags_exit_64_with_one_line() {
     assert_usage(&["run", "--kube-api-qps=-1"], "--kube-api-qps");
     assert_usage(&["run", "--masquerade-all", "false"], "false");
     assert_usage(&["run", "--cleanup", "--init-only"], "cannot be combined");
+    assert_usage(&["render", "--manifests", ".", "--max-elements-per-service", "0"], "greater than 0");
 }
 
 #[test]
@@ -312,4 +313,32 @@ fn invoked_as_kube_proxy_it_runs() {
     assert_eq!(c["clientConnection"]["kubeconfig"], "/var/lib/kube-proxy/kubeconfig.conf");
     assert_eq!(refused.status.code(), Some(64), "{}", String::from_utf8_lossy(&refused.stderr));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("mode \"kernelspace\""));
+}
+
+#[test]
+fn a_service_beyond_max_elements_per_service_is_left_out_and_the_rest_rendered() {
+    let dir = std::env::temp_dir().join(format!("verdict-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("objects.yaml"),
+        "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\nstatus: {addresses: [{type: InternalIP, address: 192.168.1.2}]}\n\
+         ---\napiVersion: v1\nkind: Service\nmetadata: {name: wide, namespace: demo}\n\
+         spec: {clusterIP: 10.96.0.50, externalIPs: [192.0.2.1, 192.0.2.2, 192.0.2.3], ports: [{name: a, port: 80}, {name: b, port: 81}]}\n\
+         ---\napiVersion: v1\nkind: Service\nmetadata: {name: small, namespace: demo}\nspec: {clusterIP: 10.96.0.51, ports: [{name: a, port: 80}]}\n",
+    )
+    .unwrap();
+    let render = |cap: &str| {
+        Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(["render", "--hostname-override", "node1", "--max-elements-per-service", cap, "--manifests"])
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
+    let (capped, roomy) = (render("5"), render("8"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&capped.stdout);
+    assert!(capped.status.success(), "{}", String::from_utf8_lossy(&capped.stderr));
+    assert!(!text.contains("10.96.0.50") && text.contains("10.96.0.51"), "{text}");
+    assert!(String::from_utf8_lossy(&capped.stderr).contains("TooManyElements"));
+    assert!(String::from_utf8_lossy(&roomy.stdout).contains("10.96.0.50"), "8 elements fit a cap of 8");
 }

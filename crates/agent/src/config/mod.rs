@@ -163,6 +163,11 @@ impl RulesConfig {
                 detect_local,
                 service_cidrs,
                 service_counters,
+                max_elements_per_service: match args.max_elements_per_service {
+                    Some(0) => return Err(bad("--max-elements-per-service must be greater than 0")),
+                    Some(n) => n,
+                    None => verdict_model::DEFAULT_MAX_ELEMENTS_PER_SERVICE,
+                },
                 // Offline commands assume a kernel with both; `run` asks the kernel.
                 ..ProxyConfig::default()
             },
