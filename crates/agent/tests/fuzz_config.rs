@@ -35,10 +35,16 @@ impl Drop for TempFile {
     }
 }
 
-/// Runs `verdict run --config <config> --cleanup [--kubeconfig <kubeconfig>]`: exit code and stderr.
+/// Runs `verdict run --config <config> --cleanup`, the config naming `kubeconfig` when given:
+/// exit code and stderr.
 fn verdict_run(config: &str, kubeconfig: Option<&str>) -> (Option<i32>, String) {
-    let file = TempFile::new("yaml", config);
+    // With --config, kube-proxy (and verdict) ignore --kubeconfig: the file names it.
     let kc = kubeconfig.map(|k| TempFile::new("kubeconfig", k));
+    let config = match &kc {
+        Some(kc) => format!("{config}\nclientConnection:\n  kubeconfig: {}\n", kc.path()),
+        None => config.to_string(),
+    };
+    let file = TempFile::new("yaml", &config);
     let bin = env!("CARGO_BIN_EXE_verdict");
     let mut cmd = if nix::unistd::geteuid().is_root() {
         let mut c = Command::new("unshare");
@@ -48,9 +54,6 @@ fn verdict_run(config: &str, kubeconfig: Option<&str>) -> (Option<i32>, String) 
         Command::new(bin)
     };
     cmd.args(["run", "--config", file.path(), "--cleanup"]);
-    if let Some(kc) = &kc {
-        cmd.args(["--kubeconfig", kc.path()]);
-    }
     let out = cmd.output().unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }

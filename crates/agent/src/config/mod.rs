@@ -285,6 +285,15 @@ pub struct RunConfig {
     pub config_file: Option<PathBuf>,
 }
 
+/// Reads a kubeconfig now, so that a broken file is one line and exit 64 before anything is
+/// opened.
+fn read_kubeconfig(path: &std::path::Path) -> Result<(), ConfigError> {
+    kube::config::Kubeconfig::read_from(path).map(drop).map_err(|e| {
+        let e = e.to_string().replace('\n', " ");
+        bad(format!("--kubeconfig {}: not a kubeconfig: {e}", path.display()))
+    })
+}
+
 /// Checks that objects can come from the API server without its ClusterIP, which only the
 /// proxy programs: a node without kube-proxy could otherwise never start verdict.
 fn api_source(kubeconfig: Option<PathBuf>, master: Option<String>) -> Result<Source, ConfigError> {
@@ -300,13 +309,7 @@ fn api_source(kubeconfig: Option<PathBuf>, master: Option<String>) -> Result<Sou
     }
     match &kubeconfig {
         Some(path) if !path.is_file() => return Err(bad(format!("--kubeconfig {}: no such file", path.display()))),
-        Some(path) => {
-            // Read now, so that a broken file is one line and exit 64 before anything is opened.
-            kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                let e = e.to_string().replace('\n', " ");
-                bad(format!("--kubeconfig {}: not a kubeconfig: {e}", path.display()))
-            })?;
-        }
+        Some(path) => read_kubeconfig(path)?,
         None if master.is_none() => {
             return Err(bad(
                 "no API server address: set --master (or a kubeconfig, e.g. kubeadm's kubeconfig.conf) to the API server's real address; \
@@ -367,8 +370,14 @@ impl RunConfig {
                 }
                 Source::Manifests(dir.clone())
             }
-            // Cleaning up and the privileged setup never talk to the API server.
+            // Cleaning up and the privileged setup never talk to the API server, so they need
+            // no address; a kubeconfig that is given must still be one.
             None if action != Action::Proxy || args.upstream.write_config_to.is_some() => {
+                if let Some(path) = &s.api.kubeconfig
+                    && path.is_file()
+                {
+                    read_kubeconfig(path)?;
+                }
                 Source::ApiServer { kubeconfig: s.api.kubeconfig.clone(), master: args.master.clone() }
             }
             None => api_source(s.api.kubeconfig.clone(), args.master.clone())?,
