@@ -44,10 +44,11 @@ fn one_shot_commands_open_no_port() {
     let node = ["--hostname-override", "node1", "--cluster-cidr", "10.244.0.0/16"];
     let daemon = [&["run", "--manifests", DEMO, "--state-dir=", "--cleanup-leftovers=false"][..], &node[..]].concat();
 
-    // The control: the daemon binds the ports, so here it fails, and says which.
-    let out = verdict(&ns, &daemon);
+    // The control: the daemon binds the ports, so here (with bindAddressHardFail) it fails,
+    // and says which.
+    let out = verdict(&ns, &[&daemon[..], &["--bind-address-hard-fail"]].concat());
     assert!(!out.status.success(), "the daemon started although its ports are taken:\n{}", text(&out));
-    assert!(text(&out).contains("serving metrics on 127.0.0.1:10249"), "{}", text(&out));
+    assert!(text(&out).contains("127.0.0.1:10249") && text(&out).contains("bindAddressHardFail"), "{}", text(&out));
 
     let once = [&daemon[..], &["--once"]].concat();
     let cleanup_flag = [&daemon[..], &["--cleanup"]].concat();

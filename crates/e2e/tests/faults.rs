@@ -56,6 +56,8 @@ impl Loop {
                 let cfg = SyncConfig { min_sync_period, sync_period, ..SyncConfig::default() };
                 let nl = Netlink::open().expect("netlink").with_faults(f);
                 let cache = ModelCache::new(synth::config(), "bench");
+                // The per-family series start at zero, as `verdict run` registers them.
+                verdict_controller::family_metrics::register(&cache.model().families());
                 let _ = SyncLoop::new(cache, nl, cfg, h).with_reports(rtx).run(rx);
             });
         });
@@ -66,12 +68,18 @@ impl Loop {
         self.reports.recv_timeout(Duration::from_secs(30)).expect("a sync within 30 s")
     }
 
-    /// The failure counter as `/metrics` shows it.
+    /// The failure counter as `/metrics` shows it: one series per IP family, each counting
+    /// every failed transaction (the one `inet` table serves both).
     fn failures(&self) -> u64 {
         let text = self.metrics.render();
-        let line = text.lines().find(|l| l.split_whitespace().next() == Some(SYNC_FAILURES));
-        let value = line.and_then(|l| l.split_whitespace().nth(1)).unwrap_or_else(|| panic!("no {SYNC_FAILURES}"));
-        value.parse().expect("a count")
+        let counts: Vec<u64> = text
+            .lines()
+            .filter(|l| l.split(['{', ' ']).next() == Some(SYNC_FAILURES))
+            .map(|l| l.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("a count"))
+            .collect();
+        assert!(!counts.is_empty(), "no {SYNC_FAILURES}:\n{text}");
+        assert!(counts.windows(2).all(|w| w[0] == w[1]), "the families disagree: {counts:?}");
+        counts[0]
     }
 
     fn list(&self, services: &[Service], slices: &[EndpointSlice]) {
