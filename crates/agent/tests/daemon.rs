@@ -226,6 +226,18 @@ fn healthz_fails_while_the_table_cannot_be_written_and_recovers() {
     assert!(table_lists(&ns, "10.244.1.10"));
 }
 
+/// Waits (at most 20 s) for the agent to exit by itself.
+fn wait_exit(agent: &mut Agent, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = agent.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{what}\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Holds a TCP port inside the namespace (a listener bound from a thread that entered it).
 fn hold_port(ns: &Netns, port: u16) -> std::net::TcpListener {
     ns.run(move || std::net::TcpListener::bind(("127.0.0.1", port))).unwrap()
@@ -249,14 +261,7 @@ fn a_busy_health_port_is_retried_while_proxying_unless_bind_address_hard_fail() 
 
     let _holder = hold_port(&ns, 10256);
     let mut agent = Agent::start(&ns, &dir, &["--bind-address-hard-fail"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = agent.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "bindAddressHardFail: the agent must exit\n{}", agent.log());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_exit(&mut agent, "bindAddressHardFail: the agent must exit");
     assert_eq!(status.code(), Some(1), "{}", agent.log());
     assert!(agent.log().contains("bindAddressHardFail"), "{}", agent.log());
 }
@@ -274,14 +279,7 @@ fn a_changed_config_file_makes_the_agent_exit_so_that_its_pod_restarts_with_it()
     assert!(agent.child.try_wait().unwrap().is_none(), "an unchanged file keeps the agent:\n{}", agent.log());
     // A ConfigMap update swaps the file's content.
     std::fs::write(&config, "kind: KubeProxyConfiguration\nmode: nftables\nclusterCIDR: 10.9.0.0/16\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = agent.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the agent must exit on a changed config\n{}", agent.log());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_exit(&mut agent, "the agent must exit on a changed config");
     assert_eq!(status.code(), Some(1), "{}", agent.log());
     assert!(agent.log().contains("the --config file changed"), "{}", agent.log());
     assert!(table_lists(&ns, "172.30.0.10"), "rules stay in place");

@@ -82,6 +82,17 @@ fn check_agent(ds: &DaemonSet, what: &str) {
         tolerations.iter().any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()),
         "{what}: tolerate all"
     );
+    // The conntrack sysctls: a privileged init container runs `--init-only` and exits.
+    let init = pod.init_containers.iter().flatten().find(|c| c.name == "conntrack-sysctls");
+    let init = init.unwrap_or_else(|| panic!("{what}: no conntrack-sysctls init container"));
+    assert!(init.command.iter().flatten().any(|a| a == "--init-only"), "{what}: {:?}", init.command);
+    assert_eq!(
+        init.security_context.as_ref().and_then(|s| s.privileged),
+        Some(true),
+        "{what}: /proc/sys is read-only otherwise"
+    );
+    // Cluster DNS is a Service: nothing proxies it before verdict runs.
+    assert_ne!(pod.dns_policy.as_deref(), Some("ClusterFirstWithHostNet"), "{what}: dnsPolicy");
     let c = &pod.containers[0];
     let sc = c.security_context.as_ref().unwrap();
     assert_ne!(sc.privileged, Some(true), "{what}: not privileged");
@@ -142,6 +153,18 @@ fn the_base_renders_and_parses() {
     check_least_privilege(&r.roles[0]);
     assert_eq!(r.bindings[0].subjects.as_ref().unwrap()[0].name, "verdict");
     check_config_accepted(&r.config_maps[0]);
+    check_real_api_server(&r.daemonsets[0], &r.config_maps[0], "");
+}
+
+/// The agent reaches the API server at the address in the ConfigMap's `api-server` key, never
+/// through the `kubernetes` ClusterIP; `want` is the value the overlay sets.
+fn check_real_api_server(ds: &DaemonSet, cm: &ConfigMap, want: &str) {
+    let c = &ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    assert!(c.args.iter().flatten().any(|a| a == "--master=$(API_SERVER)"), "{:?}", c.args);
+    let env = c.env.iter().flatten().find(|e| e.name == "API_SERVER").expect("API_SERVER");
+    let key = env.value_from.as_ref().and_then(|v| v.config_map_key_ref.as_ref()).expect("from the ConfigMap");
+    assert_eq!((key.name.as_str(), key.key.as_str()), ("verdict", "api-server"));
+    assert_eq!(cm.data.as_ref().unwrap().get("api-server").map(String::as_str), Some(want));
 }
 
 #[test]
@@ -154,6 +177,7 @@ fn the_kind_overlay_uses_the_loaded_image_and_kinds_pod_network() {
     let config = &r.config_maps[0].data.as_ref().unwrap()["config.conf"];
     assert!(config.contains("clusterCIDR: 10.244.0.0/16"), "{config}");
     check_config_accepted(&r.config_maps[0]);
+    check_real_api_server(&r.daemonsets[0], &r.config_maps[0], "https://verdict-e2e-control-plane:6443");
 }
 
 #[test]
