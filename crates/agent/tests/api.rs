@@ -2,59 +2,10 @@
 //! says, publishes one Kubernetes Event per change of a Service it cannot program (or whose
 //! health check port it cannot open), not one per sync, and serves healthCheckNodePorts.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
+use verdict_e2e::lab_agent::LabAgent;
 use verdict_e2e::require_kernel;
-use verdict_e2e::scratch::ScratchDir;
-
-struct Agent {
-    child: Child,
-    log: std::path::PathBuf,
-    /// Its kubeconfig, log and state: removed after the agent is stopped.
-    _dir: ScratchDir,
-}
-
-impl Agent {
-    fn start(lab: &ApiLab, tag: &str) -> Agent {
-        let dir = ScratchDir::new(&format!("verdict-api-{tag}")).unwrap();
-        let kubeconfig = dir.join("kubeconfig");
-        lab.server.write_kubeconfig(&kubeconfig).unwrap();
-        let log = dir.join("agent.log");
-        let child = Command::new("ip")
-            .args(["netns", "exec", lab.ns.name(), env!("CARGO_BIN_EXE_verdict"), "run", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
-            .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
-            .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false"])
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Agent { child, log, _dir: dir }
-    }
-
-    fn wait(&self, what: &str, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !f() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}\nagent log:\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// How many times Events about Service `name` were published: one per Event object, plus the
 /// repeats a series counts.
@@ -90,7 +41,12 @@ fn a_service_that_cannot_be_programmed_gets_one_event_per_change_not_per_sync() 
     lab.server.apply(service("ns1", "web", "172.30.0.10", 80));
     lab.server.apply(slice("ns1", "web", &["10.0.1.1".to_string()], None));
     lab.server.apply(bad(70000));
-    let agent = Agent::start(&lab, "events");
+    let agent = LabAgent::start(
+        &lab,
+        env!("CARGO_BIN_EXE_verdict"),
+        "api-events",
+        &["--min-sync-period", "50ms", "--cleanup-leftovers=false"],
+    );
     agent.wait("web programmed", || lab.table().contains("172.30.0.10 . tcp . 80"));
     agent.wait("an Event on the bad Service", || publications(&lab, "bad").0 >= 1);
     let (n, reasons) = publications(&lab, "bad");
@@ -171,7 +127,12 @@ fn the_agent_serves_health_check_node_ports_of_external_local_services() {
     squatted_local.endpoints[0].node_name = Some("n1".into());
     lab.server.apply(squatted_local);
 
-    let agent = Agent::start(&lab, "hcnp");
+    let agent = LabAgent::start(
+        &lab,
+        env!("CARGO_BIN_EXE_verdict"),
+        "api-hcnp",
+        &["--min-sync-period", "50ms", "--cleanup-leftovers=false"],
+    );
     agent.wait("the health check answers 200", || health_check(&lab, "192.168.0.2:30123").is_some_and(|r| r.0 == 200));
     agent.wait("an Event on the Service whose port is taken", || publications(&lab, "squatted").0 >= 1);
     let (n, said) = publications(&lab, "squatted");

@@ -6,11 +6,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
+use verdict_e2e::lab_agent::{LabAgent, node_events, series};
 use verdict_e2e::require_kernel;
-use verdict_e2e::scratch::ScratchDir;
 
 const ENDPOINT: &str = "10.0.1.1";
 const CLUSTER_IP: &str = "172.30.0.10";
@@ -23,52 +23,6 @@ const FIREWALL: &str = "table inet hostfw {
     }
 }";
 
-struct Agent {
-    child: Child,
-    log: std::path::PathBuf,
-    /// Its kubeconfig, log and state: removed after the agent is stopped.
-    _dir: ScratchDir,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Agent {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait(&self, what: &str, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !f() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}\nagent log:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn start(lab: &ApiLab) -> Agent {
-    let dir = ScratchDir::new("verdict-fw").unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    lab.server.write_kubeconfig(&kubeconfig).unwrap();
-    let log = dir.join("agent.log");
-    let child = Command::new("ip")
-        .args(["netns", "exec", lab.ns.name(), env!("CARGO_BIN_EXE_verdict"), "run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
-        .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
-        .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false", "--state-dir", ""])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    Agent { child, log, _dir: dir }
-}
-
 /// Connects to the ClusterIP from inside the namespace; the answer, or `None` on a timeout.
 fn ask(lab: &ApiLab) -> Option<String> {
     let addr: SocketAddr = format!("{CLUSTER_IP}:80").parse().unwrap();
@@ -79,32 +33,6 @@ fn ask(lab: &ApiLab) -> Option<String> {
         s.read_to_string(&mut out).ok()?;
         Some(out)
     })
-}
-
-fn gauge(lab: &ApiLab) -> Option<f64> {
-    let body = lab.ns.run(|| {
-        let mut s = TcpStream::connect("127.0.0.1:10249").ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        Some(out)
-    })?;
-    let line = body.lines().find(|l| l.starts_with("verdict_foreign_drop_chains "))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn node_events(lab: &ApiLab) -> Vec<String> {
-    lab.server
-        .events()
-        .iter()
-        .filter(|e| {
-            let about = e.get("regarding").or_else(|| e.get("involvedObject")).cloned().unwrap_or_default();
-            about["kind"] == "Node" && about["name"] == "n1"
-        })
-        .map(|e| {
-            format!("{} {}: {}", e["type"], e["reason"], e["note"].as_str().or(e["message"].as_str()).unwrap_or(""))
-        })
-        .collect()
 }
 
 #[test]
@@ -124,9 +52,14 @@ fn a_default_drop_table_elsewhere_is_reported_and_its_drop_is_real() {
     lab.server.apply(node("n1", "192.168.0.2"));
     lab.server.apply(service("ns1", "web", CLUSTER_IP, 80));
     lab.server.apply(slice("ns1", "web", &[ENDPOINT.to_string()], None));
-    let agent = start(&lab);
+    let agent = LabAgent::start(
+        &lab,
+        env!("CARGO_BIN_EXE_verdict"),
+        "fw",
+        &["--min-sync-period", "50ms", "--cleanup-leftovers=false"],
+    );
     agent.wait("web programmed", || lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")));
-    agent.wait("the gauge at 0", || gauge(&lab) == Some(0.0));
+    agent.wait("the gauge at 0", || series(&lab, "verdict_foreign_drop_chains") == Some(0.0));
     assert_eq!(ask(&lab).as_deref(), Some("endpoint"), "the Service answers before the firewall");
     // The Node lists an IPv4 address only; the kernel has both families (issue: dual-stack as
     // upstream): said once each.
@@ -140,9 +73,9 @@ fn a_default_drop_table_elsewhere_is_reported_and_its_drop_is_real() {
     agent.wait("the warning", || {
         agent.log().contains("table inet hostfw, chain input (hook input, priority 0) has policy drop")
     });
-    agent.wait("the gauge at 1", || gauge(&lab) == Some(1.0));
-    agent.wait("a Warning Event on the Node", || !node_events(&lab).is_empty());
-    let events = node_events(&lab);
+    agent.wait("the gauge at 1", || series(&lab, "verdict_foreign_drop_chains") == Some(1.0));
+    agent.wait("a Warning Event on the Node", || !node_events(&lab, "n1").is_empty());
+    let events = node_events(&lab, "n1");
     assert!(events[0].contains("Warning") && events[0].contains("DropInOtherTable"), "{events:?}");
     assert!(events[0].contains("table inet hostfw, chain input"), "{events:?}");
     assert_eq!(ask(&lab), None, "the other table drops what verdict DNATed");
@@ -154,7 +87,7 @@ fn a_default_drop_table_elsewhere_is_reported_and_its_drop_is_real() {
         lab.server.apply(slice("ns1", "web", &ips, None));
         agent.wait("the change programmed", || lab.table().contains(&format!("10.0.2.{k} . 8080")));
     }
-    assert_eq!(node_events(&lab).len(), 1, "{:?}", node_events(&lab));
+    assert_eq!(node_events(&lab, "n1").len(), 1, "{:?}", node_events(&lab, "n1"));
     assert_eq!(agent.log().matches("has policy drop").count(), 1, "{}", agent.log());
 
     let status = Command::new("ip")
@@ -162,7 +95,7 @@ fn a_default_drop_table_elsewhere_is_reported_and_its_drop_is_real() {
         .status()
         .expect("nft");
     assert!(status.success());
-    agent.wait("the gauge back at 0", || gauge(&lab) == Some(0.0));
+    agent.wait("the gauge back at 0", || series(&lab, "verdict_foreign_drop_chains") == Some(0.0));
     agent.wait("resolved in the log", || agent.log().contains("Node n1: its problems are resolved"));
     lab.server.apply(slice("ns1", "web", &[ENDPOINT.to_string()], None));
     agent.wait("back to one endpoint", || !lab.table().contains("10.0.2.4 . 8080"));

@@ -3,68 +3,10 @@
 //! collector's families. The real binary and the test API server, in a network namespace of
 //! its own (root only).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
+use verdict_e2e::lab_agent::{LabAgent, scrape};
 use verdict_e2e::require_kernel;
-use verdict_e2e::scratch::ScratchDir;
-
-struct Agent {
-    child: Child,
-    log: std::path::PathBuf,
-    _dir: ScratchDir,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Agent {
-    /// An agent whose syncs are 3 s apart: changes stay pending long enough to be seen.
-    fn start(lab: &ApiLab) -> Agent {
-        let dir = ScratchDir::new("verdict-metrics").unwrap();
-        let kubeconfig = dir.join("kubeconfig");
-        lab.server.write_kubeconfig(&kubeconfig).unwrap();
-        let log = dir.join("agent.log");
-        let child = Command::new("ip")
-            .args(["netns", "exec", lab.ns.name(), env!("CARGO_BIN_EXE_verdict"), "run", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
-            .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
-            .args(["--min-sync-period", "3s", "--cleanup-leftovers=false", "--state-dir", ""])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Agent { child, log, _dir: dir }
-    }
-
-    fn wait(&self, what: &str, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !f() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            assert!(Instant::now() < deadline, "timed out waiting for {what}\nagent log:\n{log}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn scrape(lab: &ApiLab) -> String {
-    lab.ns
-        .run(|| {
-            let mut s = TcpStream::connect("127.0.0.1:10249").ok()?;
-            s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
-            let mut out = String::new();
-            s.read_to_string(&mut out).ok()?;
-            Some(out)
-        })
-        .unwrap_or_default()
-}
 
 /// The value of the series written exactly `series` (name and labels).
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -78,7 +20,12 @@ fn families_buckets_pending_changes_and_process_metrics() {
     lab.server.apply(node("n1", "192.168.0.2"));
     lab.server.apply(service("ns1", "web", "172.30.0.10", 80));
     lab.server.apply(slice("ns1", "web", &["10.0.1.1".to_string()], None));
-    let agent = Agent::start(&lab);
+    let agent = LabAgent::start(
+        &lab,
+        env!("CARGO_BIN_EXE_verdict"),
+        "metrics",
+        &["--min-sync-period", "3s", "--cleanup-leftovers=false"],
+    );
     agent.wait("web programmed", || lab.table().contains("172.30.0.10 . tcp . 80"));
     agent.wait("the first sync's metrics", || {
         value(&scrape(&lab), "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"}")
