@@ -49,26 +49,53 @@ pub enum ManifestError {
     },
 }
 
-/// Reads every manifest file in `dir` (not recursively).
-pub fn load(dir: &Path) -> Result<Manifests, ManifestError> {
+/// The manifest files of `dir` (not recursively), in name order.
+pub fn files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
     let entries = std::fs::read_dir(dir).map_err(|source| ManifestError::Dir { path: dir.to_path_buf(), source })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")))
         .collect();
     files.sort();
+    Ok(files)
+}
+
+/// Reads one manifest file into `out`; returns whether the file was read whole: false when
+/// it could not be read or stops at a syntax error (a file half-written, or broken), so that
+/// the objects after that point are missing, not deleted.
+pub fn load_file(out: &mut Manifests, file: &Path) -> bool {
+    let origin = file.display().to_string();
+    let before = out.problems.len();
+    match std::fs::read_to_string(file) {
+        Ok(text) if file.extension().is_some_and(|e| e == "json") => {
+            crate::manifests_json::parse_into(out, &origin, &text)
+        }
+        Ok(text) => parse_into(out, &origin, &text),
+        Err(e) => out.problems.push(manifest_problem(&origin, None, format!("cannot read: {e}"))),
+    }
+    !out.problems[before..]
+        .iter()
+        .any(|p| ["cannot read: ", "not valid YAML: ", "not valid JSON: "].iter().any(|m| p.message.starts_with(m)))
+}
+
+impl Manifests {
+    /// Adds `other`'s objects and problems to these.
+    pub fn extend(&mut self, other: Manifests) {
+        self.services.extend(other.services);
+        self.slices.extend(other.slices);
+        self.nodes.extend(other.nodes);
+        self.service_cidrs.extend(other.service_cidrs);
+        self.problems.extend(other.problems);
+        self.files.extend(other.files);
+    }
+}
+
+/// Reads every manifest file in `dir` (not recursively).
+pub fn load(dir: &Path) -> Result<Manifests, ManifestError> {
+    let files = files(dir)?;
     let mut out = Manifests::default();
     for file in &files {
-        let origin = file.display().to_string();
-        match std::fs::read_to_string(file) {
-            Ok(text) if file.extension().is_some_and(|e| e == "json") => {
-                crate::manifests_json::parse_into(&mut out, &origin, &text)
-            }
-            Ok(text) => parse_into(&mut out, &origin, &text),
-            Err(e) => {
-                out.problems.push(manifest_problem(&file.display().to_string(), None, format!("cannot read: {e}")))
-            }
-        }
+        load_file(&mut out, file);
     }
     out.files = files;
     Ok(out)
