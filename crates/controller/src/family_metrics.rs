@@ -68,12 +68,17 @@ pub fn cleanup_failed(families: &[IpFamily]) {
 }
 
 /// A change was queued for the next sync.
-pub fn queued(families: &[IpFamily]) {
+fn queued(families: &[IpFamily]) {
     let now = unix_now();
     for family in families {
         metrics::gauge!(m::LAST_QUEUED, m::IP_FAMILY => family.to_string()).set(now);
     }
 }
+
+/// How often the gauges that follow every change are written while changes arrive: a cold
+/// start delivers every object, one event each, and writing labelled gauges for each of 200k
+/// events showed in the start time. A scrape sees them at most this stale.
+const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A sync succeeded: its time, the programming latency of the EndpointSlice changes it
 /// programmed, and the Services without local endpoints in each family.
@@ -121,6 +126,10 @@ pub struct PendingChanges {
     // sync, and at 100k Services their names would cost megabytes for a gauge.
     services: HashSet<u64>,
     slices: HashSet<u64>,
+    /// When the pending and last-queued gauges were last written.
+    published: Option<std::time::Instant>,
+    /// A change came since they were.
+    unpublished: bool,
 }
 
 fn name_hash(namespace: &str, name: &str) -> u64 {
@@ -133,23 +142,44 @@ impl PendingChanges {
     /// A Service was added, changed or deleted.
     pub fn service(&mut self, namespace: &str, name: &str) {
         metrics::counter!(m::SERVICE_CHANGES_TOTAL).increment(1);
-        if self.services.insert(name_hash(namespace, name)) {
-            metrics::gauge!(m::SERVICE_CHANGES_PENDING).set(self.services.len() as f64);
-        }
+        self.services.insert(name_hash(namespace, name));
     }
 
     /// An EndpointSlice was added, changed or deleted.
     pub fn slice(&mut self, namespace: &str, name: &str) {
         metrics::counter!(m::ENDPOINT_CHANGES_TOTAL).increment(1);
-        if self.slices.insert(name_hash(namespace, name)) {
-            metrics::gauge!(m::ENDPOINT_CHANGES_PENDING).set(self.slices.len() as f64);
+        self.slices.insert(name_hash(namespace, name));
+    }
+
+    /// A change was queued: the pending counts and the last-queued time are written, at most
+    /// every [`PUBLISH_EVERY`] (`families` is asked for only then).
+    pub fn queued(&mut self, families: impl FnOnce() -> Vec<IpFamily>) {
+        let now = std::time::Instant::now();
+        self.unpublished = true;
+        if self.published.is_none_or(|at| now.duration_since(at) >= PUBLISH_EVERY) {
+            self.publish(families);
         }
+    }
+
+    /// Writes the gauges if a change came since they were last written: after each batch of
+    /// events, so that the last change of a burst is seen before the sync.
+    pub fn publish(&mut self, families: impl FnOnce() -> Vec<IpFamily>) {
+        if !self.unpublished {
+            return;
+        }
+        self.unpublished = false;
+        self.published = Some(std::time::Instant::now());
+        metrics::gauge!(m::SERVICE_CHANGES_PENDING).set(self.services.len() as f64);
+        metrics::gauge!(m::ENDPOINT_CHANGES_PENDING).set(self.slices.len() as f64);
+        queued(&families());
     }
 
     /// A sync committed every change received so far.
     pub fn synced(&mut self) {
         self.services = HashSet::new();
         self.slices = HashSet::new();
+        self.published = None;
+        self.unpublished = false;
         metrics::gauge!(m::SERVICE_CHANGES_PENDING).set(0.0);
         metrics::gauge!(m::ENDPOINT_CHANGES_PENDING).set(0.0);
     }

@@ -304,6 +304,8 @@ impl SyncLoop {
                         }
                     }
                     self.build_ahead();
+                    let cache = &self.cache;
+                    self.pending.publish(|| cache.model().families());
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
@@ -413,7 +415,8 @@ impl SyncLoop {
     fn queued(&mut self) {
         self.dirty_since.get_or_insert_with(Instant::now);
         self.health.queued();
-        crate::family_metrics::queued(&self.cache.model().families());
+        let cache = &self.cache;
+        self.pending.queued(|| cache.model().families());
     }
 
     fn seen(&mut self, kind: Kind, key: impl FnOnce() -> Key) {
