@@ -64,12 +64,8 @@ impl LastGood {
     }
 }
 
-/// Sends one complete read of `dir` as a relist of every kind. Returns false when the
+/// Sends one complete read of a directory as a relist of every kind. Returns false when the
 /// receiver is gone.
-pub fn send_snapshot(dir: &Path, node_name: &str, tx: &SyncSender<Event>) -> Result<bool, manifests::ManifestError> {
-    send_read(manifests::load(dir)?, node_name, tx)
-}
-
 fn send_read(m: Manifests, node_name: &str, tx: &SyncSender<Event>) -> Result<bool, manifests::ManifestError> {
     let mut events: Vec<Event> = Kind::ALL.iter().map(|k| Event::InitStart(*k)).collect();
     events.push(Event::SourceProblems(m.problems.clone()));

@@ -53,7 +53,9 @@ pub enum Command {
 /// Flags that shape the rules, shared by `run` and `render` (kube-proxy's names).
 #[derive(Debug, Clone, Args)]
 pub struct RulesArgs {
-    /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1); flags override it.
+    /// A KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1). As with kube-proxy,
+    /// it wins over kube-proxy's flags but `--hostname-override` and the logging flags;
+    /// verdict's own flags apply over it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The name of this node (default: the host name).

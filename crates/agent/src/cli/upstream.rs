@@ -34,11 +34,11 @@ pub struct UpstreamArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub bind_address_hard_fail: Option<bool>,
     /// Deprecated: the health server's port (0: off).
-    #[arg(long, value_name = "PORT", allow_negative_numbers = true)]
-    pub healthz_port: Option<i32>,
+    #[arg(long, value_name = "PORT")]
+    pub healthz_port: Option<u16>,
     /// Deprecated: the metrics server's port (0: off).
-    #[arg(long, value_name = "PORT", allow_negative_numbers = true)]
-    pub metrics_port: Option<i32>,
+    #[arg(long, value_name = "PORT")]
+    pub metrics_port: Option<u16>,
     /// Feature gates, `Name=true|false,...`.
     #[arg(long, value_name = "GATES", value_delimiter = ',')]
     pub feature_gates: Vec<String>,

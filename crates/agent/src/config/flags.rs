@@ -4,7 +4,7 @@
 //! parameter is ignored if a config file is specified by --config"). verdict names each flag
 //! it ignores that way, once, rather than ignoring it silently.
 
-use super::defaults::{HEALTHZ_PORT, METRICS_PORT, with_port};
+use super::defaults::with_port;
 use super::file::{DetectLocalSection, KubeProxyConfiguration, Logging};
 use crate::cli::{RulesArgs, UpstreamArgs};
 use std::path::PathBuf;
@@ -119,10 +119,7 @@ pub fn overlay_all(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &RunF
     {
         match port {
             Some(0) => *field = Some(String::new()),
-            Some(p) => {
-                *field =
-                    field.as_deref().map(|a| with_port(a, u16::try_from(p).unwrap_or(HEALTHZ_PORT.min(METRICS_PORT))))
-            }
+            Some(p) => *field = field.as_deref().map(|a| with_port(a, p)),
             None => {}
         }
     }

@@ -12,14 +12,14 @@ use super::{Netlink, NetlinkError};
 use std::fmt;
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFT_MSG_GETCHAIN: u16 = 4;
+pub(super) const NFT_MSG_GETCHAIN: u16 = 4;
 const NFT_MSG_GETRULE: u16 = 7;
 const NLM_F_DUMP: u16 = 0x300;
 /// NFPROTO_UNSPEC: a dump of every family.
 pub(super) const FAMILY_ANY: u8 = 0;
 
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
+pub(super) const NFTA_CHAIN_TABLE: u16 = 1;
+pub(super) const NFTA_CHAIN_NAME: u16 = 3;
 const NFTA_CHAIN_HOOK: u16 = 4;
 const NFTA_CHAIN_POLICY: u16 = 5;
 const NFTA_HOOK_HOOKNUM: u16 = 1;

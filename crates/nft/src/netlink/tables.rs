@@ -2,16 +2,14 @@
 //! proxy's (see `verdict_controller::foreign_proxy`). Read with the dumps of
 //! [`super::firewalls`]; nothing here writes.
 
-use super::firewalls::{FAMILY_ANY, attrs, payload, text};
+use super::firewalls::{FAMILY_ANY, NFT_MSG_GETCHAIN, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, attrs, payload, text};
 use super::foreign::TableFamily;
 use super::wire::NLMSG_HDRLEN;
 use super::{Netlink, NetlinkError};
 
 const NFT_MSG_GETTABLE: u16 = 1;
-const NFT_MSG_GETCHAIN: u16 = 4;
-/// The table name is attribute 1 of table and chain messages; a chain's name is 3.
-const NFTA_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
+/// The table's name is attribute 1 of table messages, as of chain messages.
+const NFTA_TABLE: u16 = NFTA_CHAIN_TABLE;
 
 /// A table, or a chain of one, by name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
