@@ -55,27 +55,28 @@ FROM ${RUNTIME_BASE} AS e2e-echo
 COPY --from=build /verdict-echo /usr/local/bin/verdict-echo
 ENTRYPOINT ["/usr/local/bin/verdict-echo"]
 
-# Non-root: NET_ADMIN and NET_RAW come from the binary's file capabilities, within what the
-# pod grants (deploy/base/daemonset.yaml, docs/operations.md). Permitted only (+p): verdict
-# makes them effective itself, and says why not when the container withholds them (with +e
-# the kernel would refuse to start it, naming no cause). setcap runs in a stage of its
-# own so that the shipped layers hold the binary once: BuildKit's COPY keeps the capability
-# (an xattr); the legacy builder drops it, and the final RUN then sets it again.
+# Non-root: NET_ADMIN comes from the binary's file capability, within what the pod grants
+# (deploy/base/daemonset.yaml, docs/operations.md); NET_RAW is only the iptables binaries'
+# (iptables-legacy's raw socket, when kube-proxy's leftovers are removed), set on them above.
+# Permitted only (+p): verdict makes it effective itself, and says why not when the container
+# withholds it (with +e the kernel would refuse to start it, naming no cause). setcap runs in
+# a stage of its own so that the shipped layers hold the binary once: BuildKit's COPY keeps
+# the capability (an xattr); the legacy builder drops it, and the final RUN then sets it again.
 FROM runtime-base AS caps
 COPY --from=build /verdict /usr/local/bin/verdict
-RUN setcap cap_net_admin,cap_net_raw+p /usr/local/bin/verdict
+RUN setcap cap_net_admin+p /usr/local/bin/verdict
 
 FROM runtime-base AS runtime
 COPY --from=caps /usr/local/bin/verdict /usr/local/bin/verdict
-RUN getcap /usr/local/bin/verdict | grep -q cap_net_admin || setcap cap_net_admin,cap_net_raw+p /usr/local/bin/verdict
+RUN getcap /usr/local/bin/verdict | grep -q cap_net_admin || setcap cap_net_admin+p /usr/local/bin/verdict
 USER 65532:65532
 
 # The same, from a binary built on the host (target/release/verdict, stripped as above).
 FROM runtime-base AS caps-prebuilt
 COPY target/image/verdict /usr/local/bin/verdict
-RUN setcap cap_net_admin,cap_net_raw+p /usr/local/bin/verdict
+RUN setcap cap_net_admin+p /usr/local/bin/verdict
 
 FROM runtime-base AS runtime-prebuilt
 COPY --from=caps-prebuilt /usr/local/bin/verdict /usr/local/bin/verdict
-RUN getcap /usr/local/bin/verdict | grep -q cap_net_admin || setcap cap_net_admin,cap_net_raw+p /usr/local/bin/verdict
+RUN getcap /usr/local/bin/verdict | grep -q cap_net_admin || setcap cap_net_admin+p /usr/local/bin/verdict
 USER 65532:65532

@@ -84,7 +84,9 @@ fn main() -> ExitCode {
     for warning in effective.iter().flat_map(|e| &e.warnings) {
         tracing::warn!("{warning}");
     }
-    memory::return_freed_memory();
+    if !matches!(cli.command, Command::Run(_)) {
+        memory::return_freed_memory();
+    }
     let result = match (&cli.command, prepared) {
         (Command::Render(args), Some(Prepared::Rules(cfg))) => commands::render::run(args, &cfg),
         (Command::Explain(args), Some(Prepared::Rules(cfg))) => commands::explain::run(args, &cfg),

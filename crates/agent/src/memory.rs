@@ -26,7 +26,9 @@ pub fn describe() {
 
 /// Lets jemalloc return freed memory to the kernel from a background thread. Without it
 /// pages are returned only while the agent allocates, and an idle agent kept the hundreds of
-/// MiB its cold start freed (at 100k Services: 465 MiB allocated, 751 MiB resident).
+/// MiB its cold start freed (at 100k Services: 465 MiB allocated, 751 MiB resident). Started
+/// here rather than by `malloc_conf` at the first allocation: `verdict run` first drops its
+/// capabilities, which belong to each thread, and this thread must not keep them.
 pub fn return_freed_memory() {
     #[cfg(feature = "jemalloc")]
     if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {

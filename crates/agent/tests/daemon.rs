@@ -284,3 +284,51 @@ fn a_changed_config_file_makes_the_agent_exit_so_that_its_pod_restarts_with_it()
     assert!(agent.log().contains("the --config file changed"), "{}", agent.log());
     assert!(table_lists(&ns, "172.30.0.10"), "rules stay in place");
 }
+
+/// The agent's process id: `ip netns exec` runs it as its child or in its place.
+fn agent_pid(agent: &Agent) -> u32 {
+    let ip = agent.child.id();
+    let exe = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let verdict = std::path::PathBuf::from(env!("CARGO_BIN_EXE_verdict"));
+    if exe(&ip.to_string()).as_ref() == Some(&verdict) {
+        return ip;
+    }
+    let children = std::fs::read_to_string(format!("/proc/{ip}/task/{ip}/children")).unwrap_or_default();
+    children.split_whitespace().find(|c| exe(c).as_ref() == Some(&verdict)).and_then(|c| c.parse().ok()).unwrap_or(ip)
+}
+
+/// A capability set of a thread's status (`CapEff`, ...), as its bits.
+fn cap_field(status: &str, name: &str) -> u64 {
+    let hex = status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim).unwrap();
+    u64::from_str_radix(hex, 16).unwrap()
+}
+
+#[test]
+fn a_run_as_root_keeps_only_net_admin_and_net_bind_service_in_every_thread() {
+    require_kernel!();
+    const NET_BIND_SERVICE: u64 = 1 << 10;
+    const NET_ADMIN: u64 = 1 << 12;
+    let ns = Netns::new("caps").unwrap();
+    let (_scratch, dir) = manifests_dir("caps");
+    let agent = Agent::start(&ns, &dir, &[]);
+    wait_for("the table programmed", &agent, || table_lists(&ns, "172.30.0.10"));
+    wait_for("/healthz", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
+    let pid = agent_pid(&agent);
+    let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten().collect();
+    assert!(tasks.len() > 2, "the agent runs several threads (tokio, sync): {}", tasks.len());
+    for task in tasks {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap();
+        let name = status.lines().next().unwrap_or_default().to_string();
+        for set in ["CapEff", "CapPrm", "CapBnd"] {
+            let bits = cap_field(&status, set);
+            assert_eq!(bits, NET_ADMIN | NET_BIND_SERVICE, "{name}: {set} = {bits:#x}\n{}", agent.log());
+        }
+        assert_eq!(cap_field(&status, "CapInh") | cap_field(&status, "CapAmb"), 0, "{name}");
+        assert!(status.contains("NoNewPrivs:\t1"), "{name}: no_new_privs");
+    }
+    assert!(agent.log().contains("capabilities dropped after start"), "{}", agent.log());
+    assert!(!agent.log().contains("with other threads running"), "{}", agent.log());
+    // Still able to do its job: a change is programmed after the drop.
+    write_slice(&dir, "10.244.1.77", None);
+    wait_for("a change programmed after the drop", &agent, || table_lists(&ns, "10.244.1.77"));
+}

@@ -69,6 +69,12 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         super::setup::conntrack(&cfg.settings.conntrack);
         super::setup::oom_score_adj(cfg.settings.oom_score_adj);
     }
+    if cfg.cleanup_leftovers {
+        super::cleanup::log_leftovers(&verdict_controller::leftovers::remove_leftovers());
+    }
+    // Before the first thread: capabilities are per thread.
+    crate::privileges::drop_after_start()?;
+    crate::memory::return_freed_memory();
     let prom = install_metrics()?;
     let health = Arc::new(ProxyHealth::new(cfg.sync_period * 2));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -79,9 +85,6 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         rt.block_on(serve_endpoints(&cfg, prom, health.clone(), counted_keys.clone()))?;
     }
 
-    if cfg.cleanup_leftovers {
-        super::cleanup::log_leftovers(&verdict_controller::leftovers::remove_leftovers());
-    }
     let nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
     let (tx, rx) = verdict_controller::event::queue();
     let (notice_tx, notice_rx) = crate::notices::queue(crate::notices::CAPACITY);
