@@ -27,6 +27,12 @@ pub fn watch_table(table: &str, tx: SyncSender<Event>) -> Result<MonitorGate, Ne
                     }
                     continue;
                 }
+                Ok(TableNotice::Trace(changes)) => {
+                    if tx.send(Event::TraceChains(changes)).is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 Ok(TableNotice::Changed(kind)) => kind.to_string(),
                 Ok(TableNotice::Overflow) => "notices lost".to_string(),
                 Err(e) => {

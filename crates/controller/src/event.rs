@@ -70,6 +70,9 @@ pub enum Event {
     SourceProblems(Vec<Problem>),
     /// Another program changed the table (what it did): reconcile it.
     TableChanged(String),
+    /// `verdict trace` added or removed its chains, and nothing else: no reconcile, but the
+    /// chains are removed at their deadline if their trace has not removed them by then.
+    TraceChains(Vec<verdict_nft::netlink::monitor::TraceChange>),
     /// Another program changed a table of its own (a firewall may now drop Service traffic):
     /// look again (see [`crate::firewalls`]).
     OtherTablesChanged,

@@ -134,6 +134,11 @@ pub enum SyncError {
 
 type Key = (String, String);
 
+/// How many times a full sync reads the table and plans again when another program commits
+/// between its read and its commit (as many as a commit is sent again, see
+/// [`Netlink::commit`]).
+const REPLANS: u32 = 8;
+
 /// Events taken between two model builds ahead of the first sync.
 const AHEAD_BATCH: usize = 4096;
 
@@ -165,11 +170,14 @@ pub struct SyncLoop {
     /// re-renders everything and diffs it against what verdict committed.
     verify_kernel: bool,
     /// Elements saved by the previous run, for the first full sync (see [`crate::restart`]).
-    known: Option<verdict_nft::snapshot::Snapshot>,
+    known: Option<(verdict_nft::snapshot::Stamp, verdict_nft::snapshot::Snapshot)>,
     /// The kernel's table as read before the first sync, and the generation it was read at.
     #[allow(clippy::type_complexity)]
     read_ahead: Option<(u32, Result<Option<verdict_nft::observe::Observed>, NetlinkError>)>,
     looked_for_state: bool,
+    /// Chains of `verdict trace` runs and their deadlines (seconds since the epoch): removed
+    /// when it has passed, if their trace has not removed them (it was killed).
+    traces: BTreeMap<String, u64>,
     stopping: bool,
     listed: HashSet<Kind>,
     /// What each relist in progress has delivered so far: when it ends, the objects the cache
@@ -212,6 +220,7 @@ impl SyncLoop {
             known: None,
             read_ahead: None,
             looked_for_state: false,
+            traces: BTreeMap::new(),
             stopping: false,
             cfg,
             cache,
@@ -329,6 +338,9 @@ impl SyncLoop {
             if self.firewalls_due && self.last_sync_end.is_some() {
                 self.check_firewalls();
             }
+            if self.last_sync_end.is_some() && self.trace_deadline().is_some_and(|at| at <= unix_now()) {
+                self.remove_expired_traces();
+            }
         }
     }
 
@@ -393,10 +405,10 @@ impl SyncLoop {
             None
         };
         let stale = self.stale_chains.due_at().map(|at| earliest.map_or(at, |e| e.max(at)));
-        let wanted = match (wanted, stale) {
-            (Some(w), Some(s)) => Some(w.min(s)),
-            (w, s) => w.or(s),
-        };
+        let traces = self.trace_deadline().map(|until| {
+            Instant::now() + Duration::from_secs(until.saturating_sub(unix_now())) + Duration::from_millis(100)
+        });
+        let wanted = [wanted, stale, traces].into_iter().flatten().min();
         Some(wanted.map_or(periodic, |w| w.min(periodic)))
     }
 
@@ -405,7 +417,11 @@ impl SyncLoop {
             return false;
         }
         if now >= self.last_full + self.cfg.full_sync_period {
+            // The periodic reconcile reads the kernel's table even with a monitor: the one
+            // check of what no notice reports (elements adopted from a saved state, notices
+            // lost without an overflow).
             self.needs_full = true;
+            self.verify_kernel = true;
         }
         (self.has_work() || self.stale_chains.due_at().is_some_and(|at| now >= at))
             && self.last_sync_end.is_none_or(|t| now >= t + self.cfg.min_sync_period)
@@ -502,6 +518,19 @@ impl SyncLoop {
                 self.queued();
             }
             Event::TableChanged(what) => self.drifted(&what),
+            Event::TraceChains(changes) => {
+                for c in changes {
+                    if !c.added {
+                        self.traces.remove(&c.chain);
+                    } else if self.traces.insert(c.chain.clone(), c.until).is_none() {
+                        tracing::info!(
+                            chain = c.chain,
+                            until = c.until,
+                            "a `verdict trace` added a chain: left in place, and removed at its deadline if still there"
+                        );
+                    }
+                }
+            }
             Event::OtherTablesChanged => self.firewalls_due = true,
             Event::MonitorStopped => {
                 self.monitor = None;
@@ -557,45 +586,7 @@ impl SyncLoop {
             let mark = Instant::now();
             let mut table = DesiredTable::new(self.cache.model(), &opts);
             phases.render = mark.elapsed();
-            let mark = Instant::now();
-            let current = match self.table_read_ahead() {
-                Some(current) => current,
-                None => self.current_table(),
-            };
-            phases.read = mark.elapsed();
-            let result = current.map_err(|e| format!("reading the table: {e}")).and_then(|mut current| {
-                if let Some(c) = &mut current {
-                    for f in &c.foreign {
-                        tracing::warn!("replacing an object verdict did not write: {f}");
-                    }
-                    // A `verdict trace` in progress is left alone; one that died without
-                    // removing its chains is deleted once their deadline has passed.
-                    let now =
-                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                    for chain in verdict_nft::trace::chains::set_aside_live(&mut c.ruleset, now) {
-                        tracing::info!("leaving chain {chain} of a running `verdict trace` in place");
-                    }
-                }
-                let mark = Instant::now();
-                let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
-                // The table as read (at a restart, all of it) is not needed once compared: it
-                // goes before the batch is encoded, not after.
-                drop(current);
-                let deferred = self.stale_chains.split(&mut plan.transaction);
-                let objects = plan.transaction.object_count();
-                report.objects += objects;
-                phases.plan = mark.elapsed();
-                if objects >= self.cfg.release_before_objects {
-                    self.release_memory();
-                }
-                let mark = Instant::now();
-                let stats = self.commit(&plan.transaction).map_err(|e| self.learn(e))?;
-                phases.commit = mark.elapsed();
-                report.bytes += stats.bytes;
-                self.stale_chains.flushed(deferred, Instant::now());
-                table.adopt(plan.result);
-                Ok(())
-            });
+            let result = self.reconcile(&mut table, &mut report, &mut phases);
             self.table = Some(table);
             result
         } else {
@@ -611,7 +602,7 @@ impl SyncLoop {
             report.objects += tx.object_count();
             phases.plan = mark.elapsed();
             let mark = Instant::now();
-            let committed = commit_watched(&mut self.nl, self.monitor.as_ref(), &tx);
+            let committed = commit_watched(&mut self.nl, self.monitor.as_ref(), &tx, None);
             phases.commit = mark.elapsed();
             match committed {
                 Ok((stats, foreign)) => {
@@ -660,6 +651,73 @@ impl SyncLoop {
         report
     }
 
+    /// A full sync's planning and commit: `table` (all of it rendered) against what the kernel
+    /// holds. A plan made against a read of the kernel is committed at the generation of that
+    /// read; if another program committed since, the kernel refuses it and the table is read
+    /// and the plan made again, up to [`REPLANS`] times.
+    fn reconcile(
+        &mut self,
+        table: &mut DesiredTable,
+        report: &mut SyncReport,
+        phases: &mut Phases,
+    ) -> Result<(), String> {
+        let mut attempt = 1;
+        loop {
+            let mark = Instant::now();
+            let current = match (attempt, self.table_read_ahead()) {
+                (1, Some(current)) => current,
+                (1, None) => self.current_table(),
+                _ => observe(&mut self.nl, &self.cfg.table),
+            };
+            phases.read += mark.elapsed();
+            let mut current = current.map_err(|e| format!("reading the table: {e}"))?;
+            let read_at = current.as_ref().and_then(|c| c.generation);
+            if let Some(c) = &mut current {
+                for f in &c.foreign {
+                    tracing::warn!("replacing an object verdict did not write: {f}");
+                }
+                // A `verdict trace` in progress is left alone; one that died without
+                // removing its chains is deleted once their deadline has passed.
+                for (chain, until) in verdict_nft::trace::chains::set_aside_live(&mut c.ruleset, unix_now()) {
+                    tracing::info!("leaving chain {chain} of a running `verdict trace` in place");
+                    self.traces.insert(chain, until);
+                }
+            }
+            let mark = Instant::now();
+            let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
+            // The table as read (at a restart, all of it) is not needed once compared: it
+            // goes before the batch is encoded, not after.
+            drop(current);
+            let deferred = self.stale_chains.split(&mut plan.transaction);
+            let objects = plan.transaction.object_count();
+            phases.plan += mark.elapsed();
+            if objects >= self.cfg.release_before_objects {
+                self.release_memory();
+            }
+            let mark = Instant::now();
+            let committed = self.commit_planned(&plan.transaction, read_at);
+            phases.commit += mark.elapsed();
+            match committed {
+                Ok(stats) => {
+                    report.objects += objects;
+                    report.bytes += stats.bytes;
+                    self.stale_chains.flushed(deferred, Instant::now());
+                    table.adopt(plan.result);
+                    return Ok(());
+                }
+                Err(NetlinkError::Changed(generation)) if attempt < REPLANS => {
+                    tracing::info!(
+                        generation,
+                        attempt,
+                        "nftables changed between reading the table and committing: planning again"
+                    );
+                    attempt += 1;
+                }
+                Err(e) => return Err(self.learn(e)),
+            }
+        }
+    }
+
     /// What the kernel holds, for a full sync: read from the kernel (with the elements the
     /// previous run saved, when they still hold), or, when nothing can have changed it behind
     /// verdict's back, the table as committed.
@@ -670,8 +728,12 @@ impl SyncLoop {
                 self.known = crate::restart::load(&dir, &self.cfg.table, &mut self.nl);
             }
         }
-        if let Some(known) = self.known.take() {
-            return verdict_nft::observe::observe_with_known_elements(&mut self.nl, &self.cfg.table, &known);
+        if let Some((stamp, known)) = self.known.take() {
+            let observed = verdict_nft::observe::observe_with_known_elements(&mut self.nl, &self.cfg.table, &known)?;
+            if observed.as_ref().is_some_and(|o| crate::restart::adoptable(&stamp, &o.ruleset)) {
+                return Ok(observed);
+            }
+            return observe(&mut self.nl, &self.cfg.table);
         }
         if !self.verify_kernel
             && let Some(table) = &self.table
@@ -681,6 +743,7 @@ impl SyncLoop {
                 ruleset,
                 foreign: Vec::new(),
                 handles: Default::default(),
+                generation: None,
             }));
         }
         observe(&mut self.nl, &self.cfg.table)
@@ -700,7 +763,13 @@ impl SyncLoop {
 
     /// Commits `tx` (see [`commit_watched`]).
     fn commit(&mut self, tx: &Transaction) -> Result<CommitStats, NetlinkError> {
-        let (stats, foreign) = commit_watched(&mut self.nl, self.monitor.as_ref(), tx)?;
+        self.commit_planned(tx, None)
+    }
+
+    /// Commits `tx`, planned against the table as read at generation `read_at` (see
+    /// [`Netlink::commit_planned`]).
+    fn commit_planned(&mut self, tx: &Transaction, read_at: Option<u32>) -> Result<CommitStats, NetlinkError> {
+        let (stats, foreign) = commit_watched(&mut self.nl, self.monitor.as_ref(), tx, read_at)?;
         self.foreign_commit |= foreign;
         Ok(stats)
     }
@@ -761,6 +830,34 @@ impl SyncLoop {
                 self.needs_full = true;
                 self.verify_kernel = true;
                 (0, 0)
+            }
+        }
+    }
+
+    /// The earliest deadline of the trace chains known, if any.
+    fn trace_deadline(&self) -> Option<u64> {
+        self.traces.values().min().copied()
+    }
+
+    /// Removes the trace chains whose deadline has passed, in one transaction of their own,
+    /// without reading the table: their `verdict trace` was killed before it could.
+    fn remove_expired_traces(&mut self) {
+        let now = unix_now();
+        let expired: Vec<String> =
+            self.traces.iter().filter(|(_, until)| **until <= now).map(|(c, _)| c.clone()).collect();
+        for chain in &expired {
+            self.traces.remove(chain);
+        }
+        let tx = verdict_nft::trace::chains::removal(&self.cfg.table, &expired);
+        match commit_watched(&mut self.nl, self.monitor.as_ref(), &tx, None) {
+            Ok((_, foreign)) => {
+                self.foreign_commit |= foreign;
+                tracing::info!(chains = ?expired, "removed the chains of a `verdict trace` past their deadline");
+            }
+            // Gone already (its trace removed them while the notice was on its way).
+            Err(NetlinkError::Rejected { errno: nix::errno::Errno::ENOENT, .. }) => {}
+            Err(e) => {
+                tracing::warn!(chains = ?expired, "could not remove expired trace chains (a full sync will): {e}")
             }
         }
     }
@@ -876,20 +973,26 @@ fn commit_watched(
     nl: &mut Netlink,
     monitor: Option<&MonitorGate>,
     tx: &Transaction,
+    read_at: Option<u32>,
 ) -> Result<(CommitStats, bool), NetlinkError> {
-    let Some(gate) = monitor.filter(|_| !tx.is_empty()) else { return Ok((nl.commit(tx)?, false)) };
+    let Some(gate) = monitor.filter(|_| !tx.is_empty()) else { return Ok((nl.commit_planned(tx, read_at)?, false)) };
     let before = nl.genid()?;
     // Failing to leave or rejoin the group only costs speed or a notice: never fail the sync.
     if let Err(e) = gate.pause() {
         tracing::debug!("committing without pausing the table monitor: {e}");
     }
-    let committed = nl.commit(tx);
+    let committed = nl.commit_planned(tx, read_at);
     if let Err(e) = gate.resume() {
         tracing::warn!("the table monitor could not rejoin its group; changes by other programs may go unnoticed: {e}");
     }
     let stats = committed?;
     let after = nl.genid()?;
     Ok((stats, after != before.wrapping_add(1)))
+}
+
+/// Seconds since the epoch.
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// The addresses of the node's interfaces (for `--nodeport-addresses` CIDRs).

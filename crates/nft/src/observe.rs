@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 const SET_ANONYMOUS: u32 = 0x1;
 const SET_MAP: u32 = 0x8;
+const SET_INTERVAL: u32 = 0x4;
 const DATA_VERDICT: u32 = 0xffff_ff00;
 
 /// What the kernel holds.
@@ -32,6 +33,10 @@ pub struct Observed {
     /// Each rule's kernel handle: the chain and the rule's index in it (empty when the
     /// table was not read from the kernel).
     pub handles: HashMap<u64, (String, usize)>,
+    /// The nftables generation read just before the table was (`None` when it was not read
+    /// from the kernel): a transaction planned against it is committed at it (see
+    /// [`Netlink::commit_planned`]).
+    pub generation: Option<u32>,
 }
 
 /// Reads table `table` from the kernel; `None` when it does not exist.
@@ -49,22 +54,72 @@ pub fn observe_with_known_elements(
 ) -> Result<Option<Observed>, NetlinkError> {
     let mut attempts = 0;
     loop {
+        // Read first: a commit during the dump then makes the plan's commit fail, not succeed
+        // against a table that moved.
+        let generation = nl.genid()?;
         match nl.dump(table, |set| !known.sets.contains_key(set)) {
-            Ok(dump) => {
-                return Ok(dump.map(|d| {
-                    let mut observed = read_dump(table, d);
-                    for (name, set) in observed.ruleset.sets.iter_mut() {
-                        if let Some(elements) = known.sets.get(name) {
-                            set.elements = Arc::clone(elements);
-                        }
+            Ok(None) => return Ok(None),
+            Ok(Some(dump)) => {
+                let lookups: Vec<String> = dump
+                    .sets
+                    .iter()
+                    .filter(|(w, _)| w.flags & SET_INTERVAL == 0)
+                    .map(|(w, _)| w.name.clone())
+                    .collect();
+                if let Some(why) = spot_check(nl, table, known, &lookups)? {
+                    tracing::warn!("the saved elements do not describe the kernel's table ({why}): reading them all");
+                    return observe(nl, table);
+                }
+                let mut observed = read_dump(table, dump);
+                observed.generation = Some(generation);
+                for (name, set) in observed.ruleset.sets.iter_mut() {
+                    if let Some(elements) = known.sets.get(name) {
+                        set.elements = Arc::clone(elements);
                     }
-                    observed
-                }));
+                }
+                return Ok(Some(observed));
             }
             Err(NetlinkError::Protocol(m)) if m.contains("interrupted") && attempts < 5 => attempts += 1,
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Elements looked up in the kernel per set before saved ones are adopted.
+const SPOT_CHECKS: usize = 4;
+
+/// Looks up a few of each set's saved elements in the kernel (the first, the last and some
+/// between; sets in `lookups` only: an interval set's lookup matches ranges, not keys), and
+/// says which one the kernel does not hold as saved. A table that is not the one saved (a
+/// generation that came round again) is caught here; an element changed one by one behind
+/// the saved state's back is left to the periodic full sync, which reads them all.
+fn spot_check(
+    nl: &mut Netlink,
+    table: &str,
+    known: &Snapshot,
+    lookups: &[String],
+) -> Result<Option<String>, NetlinkError> {
+    for (name, elements) in known.sets.iter().filter(|(name, _)| lookups.contains(name)) {
+        let n = elements.len();
+        let picks: std::collections::BTreeSet<usize> =
+            (0..SPOT_CHECKS).map(|i| i * n.saturating_sub(1) / (SPOT_CHECKS - 1).max(1)).filter(|&i| i < n).collect();
+        let last = picks.last().copied().unwrap_or(0);
+        for (key, elem) in elements.iter().take(last + 1).enumerate().filter(|(i, _)| picks.contains(i)).map(|(_, e)| e)
+        {
+            let Some(held) = nl.get_element(table, name, key.as_slice())? else {
+                return Ok(Some(format!("set {name} has no element {key:?}")));
+            };
+            let data = match (&held.verdict, &held.data) {
+                (Some((code, chain)), _) => verdict(*code, chain).map(ElemData::Verdict),
+                (None, Some(d)) => Blob::try_new(d).map(ElemData::Value),
+                (None, None) => None,
+            };
+            if data != elem.data {
+                return Ok(Some(format!("element {key:?} of set {name} holds other data")));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The placeholder for a rule verdict cannot read.
@@ -224,5 +279,5 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
         handles.insert(wire.handle, (wire.chain.clone(), rules.len()));
         rules.push(rule);
     }
-    Observed { ruleset: rs, foreign, handles }
+    Observed { ruleset: rs, foreign, handles, generation: None }
 }

@@ -8,7 +8,15 @@
 //! generation is still the one the snapshot was taken at (nothing at all was committed since,
 //! by anybody), in the same network namespace.
 //!
-//! Format (little endian): magic, version, netns inode, generation, table name, a string table
+//! A namespace inode and a generation can both come again (a namespace freed and another made,
+//! a node rebooted into the same sequence of commits), so the snapshot also carries the boot
+//! it was taken in and a digest of the table's structure as committed (chain names, rule
+//! counts, set names), which the structure read from the kernel at the next start must match
+//! before the elements are adopted; and the agent's periodic full sync reads the whole table
+//! from the kernel anyway.
+//!
+//! Format (little endian): magic, version, netns inode, generation, boot id, structure digest,
+//! table name, a string table
 //! (comments and chain names, each stored once), then per set its name and elements, and an
 //! FNV-1a checksum of everything before it. Written to a temporary file and renamed.
 
@@ -18,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"VRDSTATE";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Where a snapshot is, and whose it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,8 +35,32 @@ pub struct Stamp {
     pub netns: u64,
     /// The nftables generation right after the state was saved.
     pub genid: u32,
+    /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id: String,
+    /// [`structure_digest`] of the table as committed.
+    pub structure: u64,
     /// The table.
     pub table: String,
+}
+
+/// The running kernel's boot id.
+pub fn current_boot_id() -> std::io::Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?.trim().to_string())
+}
+
+/// A digest of a table's chain names, their rule counts and its set names: what a read of the
+/// kernel's table without elements shows cheaply. `verdict trace` chains do not count.
+pub fn structure_digest(ruleset: &Ruleset) -> u64 {
+    let mut bytes = Vec::with_capacity(64 * (ruleset.chains.len() + ruleset.sets.len()));
+    for chain in ruleset.chains.values().filter(|c| !crate::trace::chains::is_trace_chain(&c.name)) {
+        put_str(&mut bytes, &chain.name);
+        put_u32(&mut bytes, chain.rules.len() as u32);
+    }
+    bytes.push(0xff);
+    for name in ruleset.sets.keys() {
+        put_str(&mut bytes, name);
+    }
+    fnv1a(&bytes)
 }
 
 /// The saved elements, by set name.
@@ -126,6 +158,8 @@ pub fn encode(stamp: &Stamp, ruleset: &Ruleset) -> Vec<u8> {
     put_u32(&mut out, VERSION);
     out.extend_from_slice(&stamp.netns.to_le_bytes());
     put_u32(&mut out, stamp.genid);
+    put_str(&mut out, &stamp.boot_id);
+    out.extend_from_slice(&stamp.structure.to_le_bytes());
     put_str(&mut out, &stamp.table);
     put_u32(&mut out, strings.list.len() as u32);
     for s in &strings.list {
@@ -170,6 +204,8 @@ pub fn decode(bytes: &[u8]) -> Result<(Stamp, Snapshot), &'static str> {
     }
     let netns = u64::from_le_bytes(r.take(8)?.try_into().map_err(|_| "truncated")?);
     let genid = r.u32()?;
+    let boot_id = r.string()?;
+    let structure = u64::from_le_bytes(r.take(8)?.try_into().map_err(|_| "truncated")?);
     let table = r.string()?;
     let n = r.u32()? as usize;
     let mut strings: Vec<Arc<str>> = Vec::with_capacity(n.min(content.len()));
@@ -206,7 +242,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Stamp, Snapshot), &'static str> {
     if r.at != content.len() {
         return Err("trailing bytes");
     }
-    Ok((Stamp { netns, genid, table }, snapshot))
+    Ok((Stamp { netns, genid, boot_id, structure, table }, snapshot))
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {

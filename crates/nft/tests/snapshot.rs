@@ -36,7 +36,13 @@ fn ruleset() -> Ruleset {
 }
 
 fn stamp() -> Stamp {
-    Stamp { netns: 4026531840, genid: 77, table: "kube-proxy".into() }
+    Stamp {
+        netns: 4026531840,
+        genid: 77,
+        boot_id: "8d5c4b4e-5a0b-4c59-9d7e-2b1c3f7e9a10".into(),
+        structure: 0x1234_5678_9abc_def0,
+        table: "kube-proxy".into(),
+    }
 }
 
 #[test]
@@ -68,4 +74,25 @@ fn damaged_files_are_refused() {
     }
     assert!(decode(b"").is_err());
     assert!(decode(b"not a state file at all").is_err());
+}
+
+#[test]
+fn the_structure_digest_follows_chains_rule_counts_and_set_names_not_elements_or_traces() {
+    use verdict_nft::ruleset::Chain;
+    use verdict_nft::snapshot::structure_digest;
+    let mut rs = ruleset();
+    rs.chains.insert("services".into(), Chain::regular("services", Vec::new()));
+    let digest = structure_digest(&rs);
+    let mut fewer_elements = rs.clone();
+    fewer_elements.sets.get_mut("cluster-ips").unwrap().elements = Arc::default();
+    assert_eq!(structure_digest(&fewer_elements), digest, "elements are not read at a warm start");
+    let mut traced = rs.clone();
+    traced.chains.insert("trace-1-output-until-9".into(), Chain::regular("trace-1-output-until-9", Vec::new()));
+    assert_eq!(structure_digest(&traced), digest, "a running trace is not the table's structure");
+    let mut other_chain = rs.clone();
+    other_chain.chains.insert("service-x".into(), Chain::regular("service-x", Vec::new()));
+    assert_ne!(structure_digest(&other_chain), digest);
+    let mut other_set = rs.clone();
+    other_set.sets.remove("empty");
+    assert_ne!(structure_digest(&other_set), digest);
 }

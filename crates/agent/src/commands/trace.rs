@@ -5,7 +5,7 @@
 //! kernel then reports every rule, chain end and policy each flagged packet passes, and
 //! those events are told in the table's terms. The chains are added in one transaction and
 //! removed in one: on exit, on an error, on Ctrl-C, SIGTERM and SIGHUP; if this process is killed
-//! outright, the agent's next full sync after their deadline deletes them.
+//! outright, a running agent removes them once the deadline their names carry has passed.
 
 use crate::cli::TraceArgs;
 use crate::commands::explain::parse_destination;

@@ -61,6 +61,11 @@ pub enum NetlinkError {
     /// Other programs kept committing between our reads and our batch.
     #[error("nftables kept changing under us (generation id moved) for {0} attempts")]
     Busy(u32),
+    /// The batch was planned against the table as read at this generation, and another
+    /// program committed since: the kernel refused it (ERESTART), nothing was applied, and
+    /// the table must be read and the batch planned again.
+    #[error("nftables changed since the table was read at generation {0} (generation id moved): nothing applied")]
+    Changed(u32),
     /// Replies were lost, so whether the transaction committed is unknown.
     #[error("lost netlink replies ({0}); the table must be re-read")]
     LostReplies(String),
@@ -185,20 +190,43 @@ impl Netlink {
         encode(&mut self.scratch, tx)
     }
 
-    /// Commits a transaction atomically: all of it, or (with an error) none of it.
+    /// Commits a transaction atomically: all of it, or (with an error) none of it. The batch
+    /// is checked against the generation current when it is sent: for a transaction that
+    /// does not depend on a read of the kernel (see [`Netlink::commit_planned`]).
     pub fn commit(&mut self, tx: &Transaction) -> Result<CommitStats, NetlinkError> {
+        self.commit_planned(tx, None)
+    }
+
+    /// Commits a transaction planned against the table as read at generation `read_at`: the
+    /// kernel refuses it if anybody committed since ([`NetlinkError::Changed`]), so that a
+    /// diff against a table that moved is never applied. `None`: as [`Netlink::commit`].
+    pub fn commit_planned(&mut self, tx: &Transaction, read_at: Option<u32>) -> Result<CommitStats, NetlinkError> {
         if tx.is_empty() {
             return Ok(CommitStats::default());
         }
         let mut batch = self.encode(tx);
-        self.commit_encoded(&mut batch)
+        self.commit_encoded_planned(&mut batch, read_at)
     }
 
     /// Commits a batch made by [`Netlink::encode`].
     pub fn commit_encoded(&mut self, batch: &mut EncodedBatch) -> Result<CommitStats, NetlinkError> {
+        self.commit_encoded_planned(batch, None)
+    }
+
+    /// Commits a batch made by [`Netlink::encode`] (see [`Netlink::commit_planned`]). Without
+    /// `read_at`, a batch that meets another program's commit between reading the generation
+    /// and sending is sent again, up to 8 times.
+    pub fn commit_encoded_planned(
+        &mut self,
+        batch: &mut EncodedBatch,
+        read_at: Option<u32>,
+    ) -> Result<CommitStats, NetlinkError> {
         let mut retries = 0;
         loop {
-            let genid = self.genid()?;
+            let genid = match read_at {
+                Some(g) => g,
+                None => self.genid()?,
+            };
             wire::set_begin_genid(&mut batch.body, genid);
             let buf = &batch.body;
             self.sock.size_buffers(buf.len() + 64 * 1024, 4 << 20).map_err(NetlinkError::Io)?;
@@ -219,6 +247,9 @@ impl Netlink {
                 });
             }
             if errors.iter().any(|e| e.1 == ERESTART) {
+                if let Some(g) = read_at {
+                    return Err(NetlinkError::Changed(g));
+                }
                 retries += 1;
                 if retries >= MAX_ATTEMPTS {
                     return Err(NetlinkError::Busy(retries));
@@ -368,6 +399,23 @@ impl Netlink {
                 }
             }
         }
+    }
+
+    /// Looks up the element of set `set` whose key is `key` (one request, not a dump): its
+    /// data as the kernel holds it, or `None` when the set has no such element.
+    pub(crate) fn get_element(&mut self, table: &str, set: &str, key: &[u8]) -> Result<Option<ElemWire>, NetlinkError> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut buf = Vec::new();
+        let wanted = ElemWire { key: key.to_vec(), ..ElemWire::default() };
+        let h = Hdr { msg_type: NFT_MSG_GETSETELEM, flags: 0, seq };
+        glue::put_elems(&mut self.scratch, &mut buf, h, table, set, None, std::slice::from_ref(&wanted));
+        let Some(reply) = self.exchange(seq, &buf)?.into_iter().next() else { return Ok(None) };
+        let mut found = Vec::new();
+        if !glue::parse_elems(&mut self.scratch, &reply, &mut found) {
+            return Err(NetlinkError::Protocol(format!("unparsable element of set {set}")));
+        }
+        Ok(found.into_iter().next())
     }
 
     /// Dumps one table (`None` when it does not exist), with the elements of the sets

@@ -27,11 +27,25 @@ const ENOBUFS: i32 = 105;
 pub enum TableNotice {
     /// Another program changed the table (the message kind, e.g. "delete chain").
     Changed(&'static str),
+    /// Another program (`verdict trace`) added or removed chains of the table whose names carry
+    /// a trace's deadline (see [`crate::trace::chains`]), and changed nothing else.
+    Trace(Vec<TraceChange>),
     /// Another program changed the tables, chains or rules of another table (of a family
     /// Service traffic passes through): a firewall may have appeared.
     OtherTable,
     /// Notices were lost (the socket overflowed): the table may have changed.
     Overflow,
+}
+
+/// A trace chain that appeared or went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceChange {
+    /// The chain.
+    pub chain: String,
+    /// Its deadline (seconds since the epoch), from its name.
+    pub until: u64,
+    /// Added (or a rule added to it) rather than deleted.
+    pub added: bool,
 }
 
 /// Listens for changes to one `inet` table.
@@ -82,7 +96,10 @@ impl TableMonitor {
                 Err(e) => return Err(NetlinkError::Io(e)),
             };
             if let Some(kind) = about_table(&self.buf[..n], &self.table) {
-                return Ok(TableNotice::Changed(kind));
+                return Ok(match trace_changes(&self.buf[..n], &self.table) {
+                    Some(changes) => TableNotice::Trace(changes),
+                    None => TableNotice::Changed(kind),
+                });
             }
             if about_other_tables(&self.buf[..n], &self.table) {
                 return Ok(TableNotice::OtherTable);
@@ -113,6 +130,45 @@ pub(crate) fn about_table(datagram: &[u8], table: &str) -> Option<&'static str> 
     None
 }
 
+/// The trace chains `datagram` adds or deletes, when every message in it about `inet <table>`
+/// adds or deletes a trace chain or a rule of one (`None` otherwise: a change to reconcile).
+pub(crate) fn trace_changes(datagram: &[u8], table: &str) -> Option<Vec<TraceChange>> {
+    const CHAIN_NAME: u16 = 3;
+    const RULE_CHAIN: u16 = 2;
+    let mut changes: Vec<TraceChange> = Vec::new();
+    let mut at = 0;
+    while at + NLMSG_HDRLEN <= datagram.len() {
+        let len = u32::from_ne_bytes(datagram[at..at + 4].try_into().expect("4 bytes")) as usize;
+        if len < NLMSG_HDRLEN || at + len > datagram.len() {
+            return None;
+        }
+        let msg = &datagram[at..at + len];
+        at += super::wire::align4(len);
+        let kind = u16::from_ne_bytes([msg[4], msg[5]]);
+        let attrs = msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default();
+        let ours = kind >> 8 == NFNL_SUBSYS_NFTABLES
+            && kind & 0xff != NFT_MSG_NEWGEN
+            && msg.get(NLMSG_HDRLEN) == Some(&FAMILY_INET)
+            && string_attr(attrs, ATTR_TABLE) == Some(table);
+        if !ours {
+            continue;
+        }
+        let (chain, added) = match kind & 0xff {
+            3 => (string_attr(attrs, CHAIN_NAME), true),
+            5 => (string_attr(attrs, CHAIN_NAME), false),
+            6 => (string_attr(attrs, RULE_CHAIN), true),
+            8 => (string_attr(attrs, RULE_CHAIN), false),
+            _ => return None,
+        };
+        let chain = chain?;
+        let until = crate::trace::chains::deadline_in_name(chain)?;
+        if !changes.iter().any(|c| c.chain == chain && c.added == added) {
+            changes.push(TraceChange { chain: chain.to_string(), until, added });
+        }
+    }
+    (!changes.is_empty()).then_some(changes)
+}
+
 /// Whether `datagram` adds or deletes a table, chain or rule of a table other than ours, in
 /// the ip, ip6 or inet family.
 pub(crate) fn about_other_tables(datagram: &[u8], table: &str) -> bool {
@@ -138,14 +194,19 @@ pub(crate) fn about_other_tables(datagram: &[u8], table: &str) -> bool {
 }
 
 /// The table-name attribute among a message's attributes.
-fn table_attr(mut attrs: &[u8]) -> Option<&str> {
+fn table_attr(attrs: &[u8]) -> Option<&str> {
+    string_attr(attrs, ATTR_TABLE)
+}
+
+/// A string attribute of type `wanted` among a message's attributes.
+fn string_attr(mut attrs: &[u8], wanted: u16) -> Option<&str> {
     while attrs.len() >= 4 {
         let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
         let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
         if len < 4 || len > attrs.len() {
             return None;
         }
-        if kind == ATTR_TABLE {
+        if kind == wanted {
             let value = &attrs[4..len];
             let end = value.iter().position(|b| *b == 0).unwrap_or(value.len());
             return std::str::from_utf8(&value[..end]).ok();
@@ -194,6 +255,35 @@ mod tests {
         out.extend_from_slice(&[family, 0, 0, 0]);
         out.extend_from_slice(&attrs);
         out
+    }
+
+    /// A chain (3, 5) or rule (6, 8) notice of `inet kube-proxy` naming `chain`.
+    fn chain_notice(msg: u16, chain: &str) -> Vec<u8> {
+        let attr = if msg < 6 { 3u16 } else { 2 };
+        let mut out = notice(msg, FAMILY_INET, "kube-proxy");
+        let name = [chain.as_bytes(), &[0]].concat();
+        out.extend_from_slice(&((4 + name.len()) as u16).to_ne_bytes());
+        out.extend_from_slice(&attr.to_ne_bytes());
+        out.extend_from_slice(&name);
+        out.resize(super::super::wire::align4(out.len()), 0);
+        let len = out.len() as u32;
+        out[..4].copy_from_slice(&len.to_ne_bytes());
+        out
+    }
+
+    #[test]
+    fn trace_chains_alone_are_told_apart_from_changes() {
+        let chain = "trace-9-output-until-2000";
+        let datagram =
+            [chain_notice(3, chain), chain_notice(6, chain), notice(NFT_MSG_NEWGEN, FAMILY_INET, "x")].concat();
+        let added = TraceChange { chain: chain.into(), until: 2000, added: true };
+        assert_eq!(trace_changes(&datagram, "kube-proxy"), Some(vec![added]));
+        let gone = [chain_notice(8, chain), chain_notice(5, chain)].concat();
+        assert_eq!(trace_changes(&gone, "kube-proxy").unwrap()[0].added, false);
+        let mixed = [chain_notice(3, chain), chain_notice(5, "services")].concat();
+        assert_eq!(trace_changes(&mixed, "kube-proxy"), None, "another chain changed too");
+        assert_eq!(trace_changes(&chain_notice(3, "trace-1-output"), "kube-proxy"), None, "no deadline in the name");
+        assert_eq!(trace_changes(&notice(14, FAMILY_INET, "kube-proxy"), "kube-proxy"), None, "elements");
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! new connections start (prerouting for those arriving, output for the node's own), each
 //! with one rule that sets the packet's nftrace flag.
 //!
-//! They are named `trace-*` and their rule's comment carries a deadline, so that a full sync
-//! of a running agent can tell a trace in progress (left alone) from one whose `verdict trace`
-//! died without removing it (deleted like any chain verdict did not render).
+//! They are named `trace-<tag>-<hook>-until-<unix time>`, and their rule's comment carries the
+//! same deadline, so that a running agent can tell a trace in progress (left alone) from one
+//! whose `verdict trace` died without removing it: from the name alone, as the table monitor
+//! reports the chain, it removes them once their deadline has passed without reading the
+//! table; a full sync that reads the table goes by the comment.
 
 use crate::rule::{Item, Match, Op as MatchOp, Rule, Selector, Stmt, Value, build};
 use crate::ruleset::{Chain, ChainKind, Hook, Ruleset};
@@ -19,6 +21,7 @@ pub const PREFIX: &str = "trace-";
 /// decides the connection is seen.
 pub const PRIORITY: i32 = -150;
 const COMMENT_PREFIX: &str = "verdict trace until unix time ";
+const NAME_DEADLINE: &str = "-until-";
 
 /// Which new connections to trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,8 +38,8 @@ pub struct TraceSpec {
     pub until: u64,
 }
 
-/// The chains, one per hook, named `trace-<tag>-<hook>` (the tag keeps two traces running at
-/// once apart).
+/// The chains, one per hook, named `trace-<tag>-<hook>-until-<deadline>` (the tag keeps two
+/// traces running at once apart).
 pub fn trace_chains(spec: &TraceSpec, tag: &str) -> Vec<Chain> {
     let family = if spec.dst.is_ipv4() { IpFamily::V4 } else { IpFamily::V6 };
     let mut items = vec![
@@ -53,7 +56,7 @@ pub fn trace_chains(spec: &TraceSpec, tag: &str) -> Vec<Chain> {
     [Hook::Prerouting, Hook::Output]
         .into_iter()
         .map(|hook| {
-            let name = format!("{PREFIX}{tag}-{}", hook.name());
+            let name = format!("{PREFIX}{tag}-{}{NAME_DEADLINE}{}", hook.name(), spec.until);
             Chain::base(name, ChainKind::Filter, hook, PRIORITY, vec![rule.clone()])
         })
         .collect()
@@ -92,18 +95,24 @@ pub fn deadline(chain: &Chain) -> Option<u64> {
     chain.rules.iter().find_map(|r| r.comment.as_deref()?.strip_prefix(COMMENT_PREFIX)?.parse().ok())
 }
 
+/// The deadline a trace chain's name carries (`None`: not a trace chain, or one named before
+/// names carried it).
+pub fn deadline_in_name(name: &str) -> Option<u64> {
+    name.strip_prefix(PREFIX)?.rsplit_once(NAME_DEADLINE)?.1.parse().ok()
+}
+
 /// Removes the trace chains whose deadline is still ahead from a table read from the kernel,
-/// so that a full sync planned against it leaves them alone; returns their names. Expired
-/// ones (their `verdict trace` died) stay, and the sync deletes them as chains it did not
-/// render.
-pub fn set_aside_live(observed: &mut Ruleset, now: u64) -> Vec<String> {
-    let live: Vec<String> = observed
+/// so that a full sync planned against it leaves them alone; returns their names and
+/// deadlines. Expired ones (their `verdict trace` died) stay, and the sync deletes them as
+/// chains it did not render.
+pub fn set_aside_live(observed: &mut Ruleset, now: u64) -> Vec<(String, u64)> {
+    let live: Vec<(String, u64)> = observed
         .chains
         .values()
-        .filter(|c| is_trace_chain(&c.name) && deadline(c).is_some_and(|d| d > now))
-        .map(|c| c.name.clone())
+        .filter(|c| is_trace_chain(&c.name))
+        .filter_map(|c| Some((c.name.clone(), deadline(c).filter(|d| *d > now)?)))
         .collect();
-    for name in &live {
+    for (name, _) in &live {
         observed.chains.remove(name);
     }
     live
@@ -161,7 +170,9 @@ mod tests {
         assert_eq!(later.chains.len(), 4);
 
         let live = set_aside_live(&mut rs, 999);
-        assert_eq!(live, ["trace-7-output", "trace-7-prerouting"]);
+        let names: Vec<&str> = live.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["trace-7-output-until-1000", "trace-7-prerouting-until-1000"]);
+        assert!(live.iter().all(|(n, d)| *d == 1000 && deadline_in_name(n) == Some(1000)));
         assert_eq!(rs.chains.keys().collect::<Vec<_>>(), ["services", "trace-unknown"]);
     }
 
@@ -171,6 +182,14 @@ mod tests {
         assert_eq!(install("kube-proxy", &chains).ops.len(), 4);
         let names: Vec<String> = chains.iter().map(|c| c.name.clone()).collect();
         let tx = removal("kube-proxy", &names);
-        assert!(matches!(tx.ops.last(), Some(Op::DeleteChain(n)) if n == "trace-7-output"));
+        assert!(matches!(tx.ops.last(), Some(Op::DeleteChain(n)) if n == "trace-7-output-until-1000"));
+    }
+
+    #[test]
+    fn only_names_that_carry_a_deadline_give_one() {
+        assert_eq!(deadline_in_name("trace-42-prerouting-until-1795000000"), Some(1_795_000_000));
+        for name in ["trace-1-output", "trace-7-output-until-", "trace-7-output-until-x", "services-until-9"] {
+            assert_eq!(deadline_in_name(name), None, "{name}");
+        }
     }
 }

@@ -388,7 +388,7 @@ mod tests {
             (10, ("services".to_string(), 0)),
             (20, ("endpoints-2".to_string(), 0)),
         ]);
-        Observed { ruleset: rs, foreign: Vec::new(), handles }
+        Observed { ruleset: rs, foreign: Vec::new(), handles, generation: None }
     }
 
     fn headers(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> (Vec<u8>, Vec<u8>) {
