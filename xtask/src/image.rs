@@ -1,7 +1,7 @@
 //! `cargo xtask image [--base-from-debootstrap] [--prebuilt] [--tag T] [--engine E]`: the
 //! container image, also on a machine without registry access (docs/operations.md).
 
-use crate::{deps, flag, run};
+use crate::{cli, deps, run};
 use anyhow::{Context, Result, bail};
 use std::process::{Command, Stdio};
 
@@ -20,14 +20,14 @@ pub struct Engine {
 impl Engine {
     /// `--engine`, else a docker client that can use BuildKit (docker with buildx, or a client
     /// older than 23.0, which has it built in: Debian's `docker.io`), else docker, else podman.
-    pub fn pick(args: &[String]) -> Engine {
-        let chosen = flag(args, "--engine").map(str::to_string);
+    pub fn pick(chosen: Option<&str>) -> Engine {
+        let chosen = chosen.map(str::to_string);
         let podman = |c: &str| c.ends_with("podman");
-        if let Some(client) = chosen.filter(|c| podman(c)) {
+        if let Some(client) = chosen.clone().filter(|c| podman(c)) {
             return Engine { client, buildkit: false };
         }
-        let candidates = match flag(args, "--engine") {
-            Some(c) => vec![c.to_string()],
+        let candidates = match chosen {
+            Some(c) => vec![c],
             None => vec!["docker".to_string(), "/usr/bin/docker".to_string()],
         };
         for client in &candidates {
@@ -92,20 +92,20 @@ fn buildkit_capable(client: &str) -> bool {
 }
 
 /// `cargo xtask image`.
-pub fn image(args: &[String]) -> Result<()> {
-    let engine = Engine::pick(args);
-    let tag = flag(args, "--tag").unwrap_or("verdict:dev");
-    let prebuilt = args.iter().any(|a| a == "--prebuilt");
+pub fn image(a: &cli::Image) -> Result<()> {
+    let engine = Engine::pick(a.engine.as_deref());
+    let tag = a.tag.as_str();
+    let prebuilt = a.prebuilt;
     let root = run::workspace_root()?;
     let context = root.display().to_string();
     let mut build: Vec<String> = vec!["build".into()];
-    if args.iter().any(|a| a == "--base-from-debootstrap") {
-        make_base(&engine, flag(args, "--mirror").unwrap_or("http://deb.debian.org/debian"))?;
+    if a.base_from_debootstrap {
+        make_base(&engine, &a.mirror)?;
         // The build's RUN steps reach the mirror through the host's network: the daemon may
         // run without a bridge (`dockerd --bridge=none`), so the default network has none.
         build.extend(["--network".into(), "host".into(), "--build-arg".into(), format!("RUNTIME_BASE={LOCAL_BASE}")]);
     }
-    if let Some(b) = flag(args, "--build-image") {
+    if let Some(b) = &a.build_image {
         build.extend(["--build-arg".into(), format!("BUILD_IMAGE={b}")]);
     }
     let target = if prebuilt {
@@ -134,7 +134,7 @@ pub fn image(args: &[String]) -> Result<()> {
         started.elapsed().as_secs_f64(),
         size as f64 / 1e6
     );
-    if args.iter().any(|a| a == "--with-test-image") {
+    if a.with_test_image {
         engine.run(&["build", "--target", "e2e-echo", "-t", "verdict-echo:dev", &context])?;
     }
     Ok(())

@@ -11,7 +11,7 @@ mod report;
 mod suites;
 mod vm;
 
-use crate::{deps, flag};
+use crate::{cli, deps};
 use anyhow::{Result, bail};
 use report::{Outcome, Row};
 use std::fmt::Write as _;
@@ -25,45 +25,43 @@ const PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "kmod", "xz-uti
 /// Boot, module loading and mounting the root, before the first suite starts (TCG, 1 vCPU).
 const BOOT_ALLOWANCE: Duration = Duration::from_secs(180);
 
-pub fn kernels(args: &[String]) -> Result<()> {
+pub fn kernels(a: &cli::Kernels) -> Result<()> {
     deps::require_root("the VMs share the host's root file system and the tests program nftables")?;
     deps::ensure()?;
     deps::ensure_packages(PACKAGES)?;
     let root = crate::run::workspace_root()?;
     let cache = root.join("target/kernels");
     // A local image runs alone unless Debian's kernels are named too.
-    let local = local::chosen(args, &root)?;
-    let wanted = if local.is_some() && flag(args, "--kernel").is_none() { Vec::new() } else { chosen_kernels(args)? };
-    if args.iter().any(|a| a == "--nft-versions") {
+    let local = local::chosen(a, &root)?;
+    let wanted = if local.is_some() && a.kernel.is_empty() { Vec::new() } else { chosen_kernels(&a.kernel)? };
+    if a.nft_versions {
         let report = nft_versions::check(&cache)?;
         std::fs::write(cache.join("nft-versions.md"), report)?;
         return Ok(());
     }
-    if args.iter().any(|a| a == "--fetch-only") {
+    if a.fetch_only {
         for w in &wanted {
             let k = fetch::kernel(&cache, w)?;
             println!("xtask: {} is {} ({})", w.name, k.package, k.vmlinuz.display());
         }
         return Ok(());
     }
-    let names: Vec<String> = match (flag(args, "--suites"), args.iter().any(|a| a == "--ci")) {
-        (Some(list), _) => list.split(',').map(str::to_string).collect(),
-        (None, true) => suites::CI.iter().map(|s| s.to_string()).collect(),
-        (None, false) => suites::ALL.iter().map(|s| s.to_string()).collect(),
+    let names: Vec<String> = match (a.suites.is_empty(), a.ci) {
+        (false, _) => a.suites.clone(),
+        (true, true) => suites::CI.iter().map(|s| s.to_string()).collect(),
+        (true, false) => suites::ALL.iter().map(|s| s.to_string()).collect(),
     };
-    let command = flag(args, "--command").map(str::to_string);
-    let suites =
-        if command.is_some() && flag(args, "--suites").is_none() { Vec::new() } else { suites::build(&names)? };
+    let command = a.command.clone();
+    let suites = if command.is_some() && a.suites.is_empty() { Vec::new() } else { suites::build(&names)? };
     let opts = Options {
-        accel: match flag(args, "--accel") {
-            Some("kvm") => Accel::Kvm,
-            Some("tcg") | None => Accel::Tcg,
-            Some(other) => bail!("--accel {other}: kvm or tcg"),
+        accel: match a.accel {
+            cli::Accel::Kvm => Accel::Kvm,
+            cli::Accel::Tcg => Accel::Tcg,
         },
-        cpus: flag(args, "--cpus").map_or(Ok(1), str::parse)?,
-        memory_mib: flag(args, "--memory").map_or(Ok(4096), str::parse)?,
-        suite_timeout: Duration::from_secs(flag(args, "--suite-timeout").map_or(Ok(900), str::parse)?),
-        self_test: args.iter().any(|a| a == "--self-test"),
+        cpus: a.cpus,
+        memory_mib: a.memory,
+        suite_timeout: Duration::from_secs(a.suite_timeout),
+        self_test: a.self_test,
         command,
     };
     let mut rows = Vec::new();
@@ -121,9 +119,18 @@ struct Options {
     command: Option<String>,
 }
 
-fn chosen_kernels(args: &[String]) -> Result<Vec<fetch::Wanted>> {
-    let Some(list) = flag(args, "--kernel") else { return Ok(fetch::KNOWN.to_vec()) };
-    list.split(',')
+/// The names `--kernel` accepts: Debian's kernels this knows how to fetch.
+pub fn known() -> impl Iterator<Item = &'static str> {
+    fetch::KNOWN.iter().map(|w| w.name)
+}
+
+/// Debian's kernels named by `--kernel` (all of them when it is not given).
+fn chosen_kernels(names: &[String]) -> Result<Vec<fetch::Wanted>> {
+    if names.is_empty() {
+        return Ok(fetch::KNOWN.to_vec());
+    }
+    names
+        .iter()
         .map(|n| {
             fetch::KNOWN.iter().find(|w| w.name == n).cloned().ok_or_else(|| {
                 let known: Vec<&str> = fetch::KNOWN.iter().map(|w| w.name).collect();

@@ -15,7 +15,10 @@
 //!
 //! xtask itself has no C dependencies, so it can install the Debian packages the rest of the
 //! workspace needs (libnftnl, libmnl, nftables, ...) before building it.
+//!
+//! The flags of each command are in `cli.rs` (`cargo xtask <command> --help`).
 
+mod cli;
 mod deps;
 mod image;
 mod kernels;
@@ -23,59 +26,38 @@ mod kind;
 mod run;
 
 use anyhow::{Result, bail};
+use clap::{CommandFactory, Parser};
+use cli::{Cli, Command};
 
 fn main() {
-    if let Err(e) = real_main() {
+    // clap answers --help and rejects a bad command line itself (exit 2).
+    let cli = Cli::parse();
+    if let Err(e) = real_main(cli) {
         eprintln!("xtask: {e:#}");
         std::process::exit(1);
     }
 }
 
-fn real_main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (cmd, rest) = args.split_first().map(|(c, r)| (c.as_str(), r)).unwrap_or(("help", &[]));
-    match cmd {
-        "test" => test(rest),
-        "demo" => demo(rest),
-        "bench" => bench(rest),
-        "e2e" => e2e(rest),
-        "image" => image::image(rest),
-        "kernels" => kernels::kernels(rest),
-        "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <test|demo|bench|e2e|image|kernels> [args]\n");
-            println!("  test    install missing packages (as root), build, run every test and the e2e scenarios");
-            println!("  demo    a two-node namespace cluster with verdict agents: a Service created, scaled, deleted");
-            println!("  bench   cold sync and one-endpoint change: verdict over netlink vs nft -f");
-            println!(
-                "          --e2e [--baseline PATH] [--points 1000x10,...]: the verdict binary against the test API server"
-            );
-            println!("  e2e     the e2e scenarios on a namespace cluster [--only TEXT]");
-            println!("          or on kind: --kind [--dry-run] [--engine docker|podman]");
-            println!("          or with the agents as containers of the image: --containers [--base-from-debootstrap]");
-            println!("  image   build the image: [--engine docker|podman] [--tag verdict:dev] [--with-test-image]");
-            println!(
-                "          [--prebuilt] (from the host's binary) [--base-from-debootstrap [--mirror URL]] (no registry)"
-            );
-            println!("  kernels the kernel and packet suites in QEMU on Debian's kernels: [--kernel 5.10,6.1,6.12]");
-            println!("          [--ci] [--suites a,b] [--accel tcg|kvm] [--cpus N] [--memory MiB] [--suite-timeout S]");
-            println!("          [--self-test] [--command CMD] [--fetch-only]");
-            println!("          [--kernel-image BZIMAGE [--label NAME]] (an image built here, all built in)");
-            println!(
-                "          [--build-unfixed-6.1] (Debian 12's 6.1 without the chain-deletion fix, built, then run)"
-            );
-            Ok(())
-        }
-        other => bail!("unknown command {other:?}; try `cargo xtask help`"),
+fn real_main(cli: Cli) -> Result<()> {
+    match cli.command {
+        Some(Command::Test(a)) => test(&a.forwarded()),
+        Some(Command::Demo) => demo(),
+        Some(Command::Bench(a)) => bench(&a),
+        Some(Command::E2e(a)) => e2e(&a),
+        Some(Command::Image(a)) => image::image(&a),
+        Some(Command::Kernels(a)) => kernels::kernels(&a),
+        // A bare `cargo xtask` has always printed the usage and succeeded.
+        None => Ok(Cli::command().print_help()?),
     }
 }
 
 /// `cargo xtask test`.
-fn test(args: &[String]) -> Result<()> {
+fn test(extra: &[String]) -> Result<()> {
     deps::ensure()?;
     run::cargo(&["fmt", "--all", "--", "--check"])?;
     run::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     let mut test_args = vec!["test", "--workspace", "--release"];
-    test_args.extend(args.iter().map(String::as_str));
+    test_args.extend(extra.iter().map(String::as_str));
     // As root, kernel tests must run: a skip would hide that they did not.
     let envs: Vec<(&str, &str)> =
         if deps::is_root() { vec![("VERDICT_REQUIRE_KERNEL", "1"), ("VERDICT_REQUIRE_IPTABLES", "1")] } else { vec![] };
@@ -86,21 +68,16 @@ fn test(args: &[String]) -> Result<()> {
     }
     run::cargo_env(&test_args, &envs)?;
     if deps::is_root() {
-        e2e(&[])
+        e2e(&cli::E2e::default())
     } else {
         eprintln!("xtask: not root: the e2e scenarios (cargo xtask e2e) are SKIPPED");
         Ok(())
     }
 }
 
-/// A flag's value (`--name value`).
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
-}
-
-/// The container engine: `--engine`, else docker, else podman.
-fn engine(args: &[String]) -> String {
-    if let Some(e) = flag(args, "--engine") {
+/// The container engine for kind: `--engine`, else docker, else podman.
+fn kind_engine(chosen: Option<&str>) -> String {
+    if let Some(e) = chosen {
         return e.to_string();
     }
     let works = |e: &str| std::process::Command::new(e).arg("--version").output().is_ok_and(|o| o.status.success());
@@ -108,18 +85,17 @@ fn engine(args: &[String]) -> String {
 }
 
 /// `cargo xtask e2e`.
-fn e2e(args: &[String]) -> Result<()> {
-    let dry_run = args.iter().any(|a| a == "--dry-run");
-    if args.iter().any(|a| a == "--kind") {
-        let plan = kind::plan(&engine(args));
-        if dry_run {
+fn e2e(a: &cli::E2e) -> Result<()> {
+    if a.kind {
+        let plan = kind::plan(&kind_engine(a.engine.as_deref()));
+        if a.dry_run {
             print!("{}", kind::render(&plan));
             return Ok(());
         }
         return kind::execute(&plan);
     }
-    if args.iter().any(|a| a == "--containers") {
-        return e2e_containers(args);
+    if a.containers {
+        return e2e_containers(a);
     }
     let build = ["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"];
     let mut e2e_args = vec![
@@ -128,11 +104,11 @@ fn e2e(args: &[String]) -> Result<()> {
         "--echo".to_string(),
         run::release_bin("verdict-echo")?,
     ];
-    if let Some(only) = flag(args, "--only") {
-        e2e_args.extend(["--only".to_string(), only.to_string()]);
+    if let Some(only) = &a.only {
+        e2e_args.extend(["--only".to_string(), only.clone()]);
     }
     let runner = run::release_dir()?.join("verdict-e2e");
-    if dry_run {
+    if a.dry_run {
         println!("cargo {}", build.join(" "));
         println!("{} {}", runner.display(), e2e_args.join(" "));
         return Ok(());
@@ -146,20 +122,23 @@ fn e2e(args: &[String]) -> Result<()> {
 /// `cargo xtask e2e --containers [--base-from-debootstrap] [--engine E] [--only TEXT]`: the
 /// namespace cluster with each agent a container of the image (built here from the host's
 /// binary), run as `deploy/overlays/kubeadm` renders it.
-fn e2e_containers(args: &[String]) -> Result<()> {
+fn e2e_containers(a: &cli::E2e) -> Result<()> {
     deps::ensure()?;
     deps::require_root("the e2e cluster creates network namespaces and programs nftables")?;
     let started = std::time::Instant::now();
-    let engine = image::Engine::pick(args);
+    let engine = image::Engine::pick(a.engine.as_deref());
     if !engine.daemon_answers() {
         bail!("`{} info` fails: no container engine is running (see docs/testing.md for dockerd)", engine.client);
     }
     run::cargo(&["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"])?;
     let tag = "verdict:e2e";
-    let mut image_args: Vec<String> = vec!["--prebuilt".into(), "--tag".into(), tag.into()];
-    image_args.extend(args.iter().filter(|a| *a == "--base-from-debootstrap").cloned());
-    image_args.extend(["--engine".into(), engine.client.clone()]);
-    image::image(&image_args)?;
+    image::image(&cli::Image {
+        prebuilt: true,
+        tag: tag.into(),
+        base_from_debootstrap: a.base_from_debootstrap,
+        engine: Some(engine.client.clone()),
+        ..cli::Image::default()
+    })?;
     let root = run::workspace_root()?;
     let rendered = std::process::Command::new("kubectl")
         .args(["kustomize", "deploy/overlays/kubeadm"])
@@ -184,8 +163,8 @@ fn e2e_containers(args: &[String]) -> Result<()> {
         "--engine".to_string(),
         engine.client.clone(),
     ];
-    if let Some(only) = flag(args, "--only") {
-        e2e_args.extend(["--only".to_string(), only.to_string()]);
+    if let Some(only) = &a.only {
+        e2e_args.extend(["--only".to_string(), only.clone()]);
     }
     let result = run::program(&run::release_dir()?.join("verdict-e2e"), &e2e_args, &[]);
     engine.remove_labelled("verdict-e2e");
@@ -199,14 +178,28 @@ fn build_with_agent(bench: &str) -> Result<()> {
     run::cargo(&["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bin", "verdict", "--bin", bench])
 }
 
+/// `--name value` for each option given, so that the driver's own defaults apply otherwise.
+fn forward(out: &mut Vec<String>, name: &str, value: Option<impl ToString>) {
+    if let Some(v) = value {
+        out.extend([name.to_string(), v.to_string()]);
+    }
+}
+
+/// A comma list as the drivers read it, or nothing when the list was not given.
+fn list(v: &[usize]) -> Option<String> {
+    (!v.is_empty()).then(|| v.iter().map(usize::to_string).collect::<Vec<_>>().join(","))
+}
+
 /// `cargo xtask bench --e2e [--baseline PATH] [--points 1000x10,...]`: the real `verdict run`
 /// binary against the test API server, start to programmed, warm restart, RSS.
-fn bench_e2e(args: &[String]) -> Result<()> {
+fn bench_e2e(a: &cli::Bench) -> Result<()> {
     build_with_agent("verdict-bench-e2e")?;
     let root = run::workspace_root()?;
     let out = root.join("target/bench").display().to_string();
     let mut bench_args = vec!["--verdict".to_string(), run::release_bin("verdict")?, "--out".to_string(), out.clone()];
-    bench_args.extend(args.iter().filter(|a| *a != "--e2e").cloned());
+    forward(&mut bench_args, "--baseline", a.baseline.as_ref().map(|p| p.display()));
+    forward(&mut bench_args, "--points", a.points.as_ref());
+    forward(&mut bench_args, "--settle", a.settle);
     run::program(&run::release_dir()?.join("verdict-bench-e2e"), &bench_args, &[])?;
     println!("(e2e-report.md, e2e-time.svg, e2e-rss.svg: copy them into docs/ with the context of the run)");
     Ok(())
@@ -216,49 +209,63 @@ fn bench_e2e(args: &[String]) -> Result<()> {
 /// `--service-counters` costs (cold commit, connect latency, connections/s, counter read),
 /// with and without counters; `--read-sizes N,...`: the reads alone; `--scrape-sizes N,...`:
 /// the real agent's `/metrics`.
-fn bench_counters(args: &[String]) -> Result<()> {
+fn bench_counters(a: &cli::Bench) -> Result<()> {
     build_with_agent("verdict-bench-counters")?;
-    let mut rest: Vec<String> = args.iter().filter(|a| *a != "--counters").cloned().collect();
-    if rest.iter().any(|a| a == "--scrape-sizes") {
+    let mut rest = Vec::new();
+    forward(&mut rest, "--services", a.services);
+    forward(&mut rest, "--endpoints", a.endpoints);
+    forward(&mut rest, "--connections", a.connections);
+    forward(&mut rest, "--runs", a.runs);
+    forward(&mut rest, "--read-sizes", list(&a.read_sizes));
+    forward(&mut rest, "--scrape-sizes", list(&a.scrape_sizes));
+    if !a.scrape_sizes.is_empty() {
         rest.extend(["--verdict".to_string(), run::release_bin("verdict")?]);
     }
     run::program(&run::release_dir()?.join("verdict-bench-counters"), &rest, &[])
 }
 
 /// `cargo xtask demo`.
-fn demo(args: &[String]) -> Result<()> {
+fn demo() -> Result<()> {
     deps::ensure()?;
     deps::require_root("the demo creates network namespaces and programs nftables")?;
     run::cargo(&["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"])?;
-    let mut demo_args = vec![
+    let demo_args = vec![
         "--verdict".to_string(),
         run::release_bin("verdict")?,
         "--echo".to_string(),
         run::release_bin("verdict-echo")?,
     ];
-    demo_args.extend(args.iter().cloned());
     run::program(&run::release_dir()?.join("verdict-demo"), &demo_args, &[])
 }
 
 /// `cargo xtask bench`.
-fn bench(args: &[String]) -> Result<()> {
+fn bench(a: &cli::Bench) -> Result<()> {
     deps::ensure()?;
     deps::require_root("the benchmark programs nftables in network namespaces")?;
-    if args.iter().any(|a| a == "--e2e") {
-        return bench_e2e(args);
+    if a.e2e {
+        return bench_e2e(a);
     }
-    if args.iter().any(|a| a == "--counters") {
-        return bench_counters(args);
+    if a.counters {
+        return bench_counters(a);
     }
     run::cargo(&["build", "--release", "-p", "verdict-e2e", "--bin", "verdict-bench"])?;
     let root = run::workspace_root()?;
     std::fs::create_dir_all(root.join("target/bench"))?;
     let report = root.join("target/bench/report.md");
     let report_s = report.display().to_string();
+    let mut args = Vec::new();
+    forward(&mut args, "--sizes", list(&a.sizes));
+    forward(&mut args, "--change-sizes", list(&a.change_sizes));
+    forward(&mut args, "--endpoints", a.endpoints);
+    forward(&mut args, "--runs", a.runs);
+    forward(&mut args, "--changes", a.changes);
+    if a.unique_pods {
+        args.push("--unique-pods".to_string());
+    }
     // Transparent huge pages for malloc, for both sides of the comparison (nft inherits it):
     // a cold sync touches hundreds of MB, and first-touch page faults are a large part of it.
     let envs = [("VERDICT_BENCH_OUT", report_s.as_str()), ("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")];
-    run::program(&run::release_dir()?.join("verdict-bench"), args, &envs)?;
+    run::program(&run::release_dir()?.join("verdict-bench"), &args, &envs)?;
     println!("\nreport written to {report_s} (copy it into docs/benchmarks.md with the context of the run)");
     Ok(())
 }

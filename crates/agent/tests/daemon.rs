@@ -4,9 +4,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tempfile::TempDir;
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
-use verdict_e2e::scratch::ScratchDir;
 
 /// The agent process; killed on drop.
 struct Agent {
@@ -83,9 +83,9 @@ fn wait_for(what: &str, agent: &Agent, mut f: impl FnMut() -> bool) {
 
 /// A test's manifests directory, inside a scratch directory that also holds the agent's log
 /// and state beside it (removed when the test ends, pass or fail).
-fn manifests_dir(tag: &str) -> (ScratchDir, std::path::PathBuf) {
-    let scratch = ScratchDir::new(&format!("verdict-daemon-{tag}")).unwrap();
-    let dir = scratch.join("manifests");
+fn manifests_dir(tag: &str) -> (TempDir, std::path::PathBuf) {
+    let scratch = TempDir::with_prefix(format!("verdict-daemon-{tag}-")).unwrap();
+    let dir = scratch.path().join("manifests");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("node.yaml"),
@@ -271,7 +271,7 @@ fn a_changed_config_file_makes_the_agent_exit_so_that_its_pod_restarts_with_it()
     require_kernel!();
     let ns = Netns::new("cfgchange").unwrap();
     let (scratch, dir) = manifests_dir("cfg");
-    let config = scratch.join("config.conf");
+    let config = scratch.path().join("config.conf");
     std::fs::write(&config, "kind: KubeProxyConfiguration\nmode: nftables\n").unwrap();
     let mut agent = Agent::start(&ns, &dir, &["--config", config.to_str().unwrap()]);
     wait_for("the table programmed", &agent, || table_lists(&ns, "172.30.0.10"));

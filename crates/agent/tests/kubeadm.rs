@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use tempfile::TempDir;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
-use verdict_e2e::scratch::ScratchDir;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubeadm")
@@ -34,8 +34,8 @@ fn kubeadm_configs() -> Vec<(String, String)> {
 }
 
 /// `kube-proxy`: a link to the binary, as the image has it.
-fn kube_proxy(dir: &ScratchDir) -> PathBuf {
-    let link = dir.join("kube-proxy");
+fn kube_proxy(dir: &TempDir) -> PathBuf {
+    let link = dir.path().join("kube-proxy");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_verdict"), &link).unwrap();
     link
 }
@@ -61,11 +61,11 @@ fn every_kubeadm_configmap_programs_the_table_as_kubeadm_runs_kube_proxy() {
         lab.server.apply(node("n1", "192.168.0.2"));
         lab.server.apply(service("ns1", "web", "172.30.0.10", 80));
         lab.server.apply(slice("ns1", "web", &["10.0.1.1".to_string()], None));
-        let dir = ScratchDir::new(&format!("verdict-kubeadm-{release}")).unwrap();
-        let kubeconfig = dir.join("kubeconfig.conf");
+        let dir = TempDir::with_prefix(format!("verdict-kubeadm-{release}-")).unwrap();
+        let kubeconfig = dir.path().join("kubeconfig.conf");
         lab.server.write_kubeconfig(&kubeconfig).unwrap();
         // kubeadm's file, its kubeconfig path pointed at the test API server's: nothing else.
-        let path = dir.join("config.conf");
+        let path = dir.path().join("config.conf");
         std::fs::write(&path, config.replace("/var/lib/kube-proxy/kubeconfig.conf", &kubeconfig.display().to_string()))
             .unwrap();
         let out = kubeadm_command(
@@ -119,8 +119,8 @@ fn init_only_writes_the_conntrack_sysctls_of_kubeadms_configmap_into_the_namespa
     let ns = conntrack_namespace("kubeadm-init");
     // A new namespace starts from the kernel's defaults (5 days established, 60 s close-wait).
     assert_eq!(read_sysctl(&ns, "nf_conntrack_tcp_timeout_established"), "432000");
-    let dir = ScratchDir::new("verdict-kubeadm-init").unwrap();
-    let path = dir.join("config.conf");
+    let dir = TempDir::with_prefix("verdict-kubeadm-init-").unwrap();
+    let path = dir.path().join("config.conf");
     std::fs::write(&path, &kubeadm_configs().last().unwrap().1).unwrap();
     let out = kubeadm_command(&ns, &kube_proxy(&dir), &path, &["--init-only"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -157,8 +157,8 @@ fn every_conntrack_setting_from_flags_and_from_the_file() {
     assert_eq!(got, want, "flags");
     // The same from the `conntrack` section of a file.
     let ns = conntrack_namespace("ct-file");
-    let dir = ScratchDir::new("verdict-ct-file").unwrap();
-    let path = dir.join("config.conf");
+    let dir = TempDir::with_prefix("verdict-ct-file-").unwrap();
+    let path = dir.path().join("config.conf");
     std::fs::write(
         &path,
         "kind: KubeProxyConfiguration\nconntrack:\n  tcpEstablishedTimeout: 2h\n  tcpCloseWaitTimeout: 2m\n  \

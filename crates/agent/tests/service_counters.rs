@@ -10,11 +10,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use tempfile::TempDir;
 use verdict_e2e::apilab::{ApiLab, labelled, load_balancer, node, service, slice};
 use verdict_e2e::endtoend::agent::{RunningAgent, saved_state};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
-use verdict_e2e::scratch::ScratchDir;
 
 const ENDPOINTS: [&str; 2] = ["10.0.1.1", "10.0.1.2"];
 const METRICS: &str = "127.0.0.1:10249";
@@ -154,7 +154,7 @@ fn wait_for_series(lab: &ApiLab, agent: &RunningAgent) -> Vec<(String, u64)> {
 
 /// The lab (a node and a client): `web` (2 endpoints), `empty` (none), `lb` (a load balancer open to
 /// 203.0.113.0/25 only), all counted, and `plain` (endpoints, not labelled).
-fn lab(tag: &str) -> (ApiLab, Netns, ScratchDir) {
+fn lab(tag: &str) -> (ApiLab, Netns, TempDir) {
     let lab = ApiLab::new(tag).unwrap();
     endpoints(&lab.ns);
     let client = client(&lab.ns, tag);
@@ -168,7 +168,7 @@ fn lab(tag: &str) -> (ApiLab, Netns, ScratchDir) {
     lab.server.apply(slice("ns1", "lb", &eps, None));
     lab.server.apply(service("ns1", "plain", "172.30.0.13", 80));
     lab.server.apply(slice("ns1", "plain", &eps, None));
-    let dir = ScratchDir::new(&format!("verdict-counters-{tag}")).unwrap();
+    let dir = TempDir::with_prefix(format!("verdict-counters-{tag}-")).unwrap();
     (lab, client, dir)
 }
 
@@ -203,7 +203,7 @@ fn client(node: &Netns, tag: &str) -> Netns {
 fn accepted_connections_are_counted_once_each_and_survive_a_restart() {
     require_kernel!();
     let (lab, client, dir) = lab("cnt-acc");
-    let agent = start(&lab, &dir, None);
+    let agent = start(&lab, dir.path(), None);
     let before = wait_for_series(&lab, &agent);
     assert_eq!(value(&before, "ns1/web:http accepted"), Some(0), "{before:?}");
     for _ in 0..3 {
@@ -221,7 +221,7 @@ fn accepted_connections_are_counted_once_each_and_survive_a_restart() {
 
     // A restarted agent adopts the table without rewriting the counting sets.
     drop(agent);
-    let agent = start(&lab, &dir, None);
+    let agent = start(&lab, dir.path(), None);
     let restarted = wait_for_series(&lab, &agent);
     assert_eq!(value(&restarted, "ns1/web:http accepted"), Some(3), "counters reset by a restart: {restarted:?}");
 }
@@ -230,7 +230,7 @@ fn accepted_connections_are_counted_once_each_and_survive_a_restart() {
 fn connections_to_a_service_without_endpoints_are_counted_as_rejected() {
     require_kernel!();
     let (lab, client, dir) = lab("cnt-rej");
-    let agent = start(&lab, &dir, None);
+    let agent = start(&lab, dir.path(), None);
     let before = wait_for_series(&lab, &agent);
     assert_eq!(value(&before, "ns1/empty:http rejected"), Some(0), "{before:?}");
     // Refused at once: each attempt is one SYN (a SYN the node rejected leaves no confirmed
@@ -249,7 +249,7 @@ fn connections_to_a_service_without_endpoints_are_counted_as_rejected() {
 fn connections_from_outside_the_source_ranges_are_counted_as_firewalled() {
     require_kernel!();
     let (lab, client, dir) = lab("cnt-fw");
-    let agent = start(&lab, &dir, None);
+    let agent = start(&lab, dir.path(), None);
     let before = wait_for_series(&lab, &agent);
     assert_eq!(value(&before, "ns1/lb:http firewalled"), Some(0), "{before:?}");
     // The client's address is outside 203.0.113.0/25: the SYN is dropped. A short
@@ -271,8 +271,8 @@ fn connections_from_outside_the_source_ranges_are_counted_as_firewalled() {
 fn counters_survive_a_warm_restart_through_the_state_dir_which_writes_nothing() {
     require_kernel!();
     let (lab, client, dir) = lab("cnt-warm");
-    let state = dir.join("state");
-    let mut first = start(&lab, &dir, Some(&state));
+    let state = dir.path().join("state");
+    let mut first = start(&lab, dir.path(), Some(&state));
     first.wait_synced(Duration::from_secs(20), |s| s.full).unwrap();
     wait_for_series(&lab, &first);
     for _ in 0..2 {
@@ -287,7 +287,7 @@ fn counters_survive_a_warm_restart_through_the_state_dir_which_writes_nothing() 
     let log = first.terminate().unwrap();
     assert!(saved_state(&log).is_some(), "no state saved at SIGTERM:\n{log}");
 
-    let mut second = start(&lab, &dir, Some(&state));
+    let mut second = start(&lab, dir.path(), Some(&state));
     let warm = second.wait_synced(Duration::from_secs(20), |s| s.full).unwrap();
     let log = second.log_tail(200);
     assert_eq!(warm.objects, 0, "the warm restart wrote {} objects:\n{log}", warm.objects);
@@ -318,7 +318,7 @@ fn wait_for_value(lab: &ApiLab, agent: &RunningAgent, id: &str, want: Option<u64
 fn series_follow_services_added_relabelled_and_deleted_while_running() {
     require_kernel!();
     let (lab, client, dir) = lab("cnt-chg");
-    let agent = start(&lab, &dir, None);
+    let agent = start(&lab, dir.path(), None);
     wait_for_series(&lab, &agent);
     // Added while the agent runs (a partial sync), endpoints first so that its first sync
     // DNATs: counted from its first connection.

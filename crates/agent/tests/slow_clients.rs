@@ -11,10 +11,10 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tempfile::TempDir;
 use verdict_controller::http_serve::{self, Handler, Limits};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
-use verdict_e2e::scratch::ScratchDir;
 
 /// The agent's header-read timeout (`Limits::default()`).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,8 +36,8 @@ impl Drop for Agent {
 }
 
 /// The agent in manifests mode, with one eTP=Local Service whose endpoint is on this node.
-fn start_agent(ns: &Netns, scratch: &ScratchDir) -> Agent {
-    let dir = scratch.join("manifests");
+fn start_agent(ns: &Netns, scratch: &TempDir) -> Agent {
+    let dir = scratch.path().join("manifests");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("objects.yaml"),
@@ -52,7 +52,7 @@ fn start_agent(ns: &Netns, scratch: &ScratchDir) -> Agent {
         ),
     )
     .unwrap();
-    let log = scratch.join("agent.log");
+    let log = scratch.path().join("agent.log");
     let file = std::fs::File::create(&log).unwrap();
     let child = Command::new("ip")
         .args(["netns", "exec", ns.name(), env!("CARGO_BIN_EXE_verdict"), "run", "--manifests"])
@@ -60,7 +60,7 @@ fn start_agent(ns: &Netns, scratch: &ScratchDir) -> Agent {
         .args(["--hostname-override", "node1", "--cluster-cidr", "10.244.0.0/16"])
         .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
         .args(["--min-sync-period", "100ms", "--sync-period", "1s", "--state-dir"])
-        .arg(scratch.join("state"))
+        .arg(scratch.path().join("state"))
         .stdout(Stdio::null())
         .stderr(file)
         .spawn()
@@ -113,7 +113,7 @@ fn three_hundred_slow_clients_hold_neither_healthz_nor_a_health_check_port() {
     require_kernel!();
     let ns = Netns::new("slow").unwrap();
     ns.ip(&["addr", "add", "192.168.50.11/32", "dev", "lo"]).unwrap();
-    let scratch = ScratchDir::new("verdict-slow-clients").unwrap();
+    let scratch = TempDir::with_prefix("verdict-slow-clients-").unwrap();
     let agent = start_agent(&ns, &scratch);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !ns.run(|| {

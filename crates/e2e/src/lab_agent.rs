@@ -3,17 +3,17 @@
 //! `/metrics`, the Events it published on the Node).
 
 use crate::apilab::ApiLab;
-use crate::scratch::ScratchDir;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tempfile::TempDir;
 
 /// The agent process; killed on drop, its kubeconfig, log and state removed with it.
 pub struct LabAgent {
     child: Child,
     log: std::path::PathBuf,
-    _dir: ScratchDir,
+    _dir: TempDir,
 }
 
 impl LabAgent {
@@ -21,17 +21,17 @@ impl LabAgent {
     /// 10.0.0.0/8, metrics on 127.0.0.1:10249 and health on 127.0.0.1:10256 of the lab's
     /// namespace, and `extra` flags.
     pub fn start(lab: &ApiLab, verdict: &str, tag: &str, extra: &[&str]) -> LabAgent {
-        let dir = ScratchDir::new(&format!("verdict-{tag}")).expect("a scratch directory");
-        let kubeconfig = dir.join("kubeconfig");
+        let dir = TempDir::with_prefix(format!("verdict-{tag}-")).expect("a scratch directory");
+        let kubeconfig = dir.path().join("kubeconfig");
         lab.server.write_kubeconfig(&kubeconfig).expect("the kubeconfig");
-        let log = dir.join("agent.log");
+        let log = dir.path().join("agent.log");
         let child = Command::new("ip")
             .args(["netns", "exec", lab.ns.name(), verdict, "run", "--kubeconfig"])
             .arg(&kubeconfig)
             .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
             .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
             .arg("--state-dir")
-            .arg(dir.join("state"))
+            .arg(dir.path().join("state"))
             .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("the log"))

@@ -16,6 +16,5 @@ pub mod privilege;
 pub mod probe;
 pub mod probe_cli;
 pub mod scenario;
-pub mod scratch;
 pub mod synth;
 pub mod topology;

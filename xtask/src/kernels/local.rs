@@ -9,15 +9,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The local kernel the arguments ask for, if any (building it first for `--build-unfixed-6.1`).
-pub fn chosen(args: &[String], root: &Path) -> Result<Option<Kernel>> {
-    if args.iter().any(|a| a == "--build-unfixed-6.1") {
+pub fn chosen(a: &crate::cli::Kernels, root: &Path) -> Result<Option<Kernel>> {
+    if a.build_unfixed_6_1 {
         let image = build_unfixed_6_1(root)?;
-        return kernel(&image, crate::flag(args, "--label").unwrap_or("6.1-unfixed")).map(Some);
+        return kernel(&image, a.label.as_deref().unwrap_or("6.1-unfixed")).map(Some);
     }
-    let Some(image) = crate::flag(args, "--kernel-image") else { return Ok(None) };
-    let image = PathBuf::from(image);
-    let label = crate::flag(args, "--label").unwrap_or("local");
-    kernel(&image, label).map(Some)
+    let Some(image) = &a.kernel_image else { return Ok(None) };
+    let label = a.label.as_deref().unwrap_or("local");
+    kernel(image, label).map(Some)
 }
 
 /// Runs the build script into `target/kernel-build/6.1-unfixed` (kept between runs, so a second

@@ -3,24 +3,24 @@
 //! here is a directory where a sysctl's file should be (EISDIR for anyone).
 
 use super::*;
-use verdict_e2e::scratch::ScratchDir;
+use tempfile::TempDir;
 
 const NETFILTER: &str = "proc/sys/net/netfilter";
 const PARAM: &str = "sys/module/nf_conntrack/parameters/hashsize";
 
 /// A fake tree, removed pass or fail.
 struct Fake {
-    dir: ScratchDir,
+    dir: TempDir,
     paths: SysPaths,
 }
 
 impl Fake {
     fn new(test: &str) -> Fake {
-        let dir = ScratchDir::new(&format!("vd-ct-{test}")).unwrap();
-        let paths = SysPaths { proc_sys: dir.join("proc/sys"), sys: dir.join("sys") };
+        let dir = TempDir::with_prefix(format!("vd-ct-{test}-")).unwrap();
+        let paths = SysPaths { proc_sys: dir.path().join("proc/sys"), sys: dir.path().join("sys") };
         let fake = Fake { dir, paths };
-        std::fs::create_dir_all(fake.dir.join(NETFILTER)).unwrap();
-        std::fs::create_dir_all(fake.dir.join(PARAM).parent().unwrap()).unwrap();
+        std::fs::create_dir_all(fake.dir.path().join(NETFILTER)).unwrap();
+        std::fs::create_dir_all(fake.dir.path().join(PARAM).parent().unwrap()).unwrap();
         for (file, value) in [
             ("nf_conntrack_max", 65536),
             ("nf_conntrack_buckets", 16384),
@@ -32,25 +32,25 @@ impl Fake {
         ] {
             fake.set(file, value);
         }
-        std::fs::write(fake.dir.join(PARAM), "16384\n").unwrap();
+        std::fs::write(fake.dir.path().join(PARAM), "16384\n").unwrap();
         fake
     }
 
     fn set(&self, file: &str, value: u64) {
-        std::fs::write(self.dir.join(NETFILTER).join(file), format!("{value}\n")).unwrap();
+        std::fs::write(self.dir.path().join(NETFILTER).join(file), format!("{value}\n")).unwrap();
     }
 
     fn get(&self, file: &str) -> String {
-        std::fs::read_to_string(self.dir.join(NETFILTER).join(file)).unwrap().trim().to_string()
+        std::fs::read_to_string(self.dir.path().join(NETFILTER).join(file)).unwrap().trim().to_string()
     }
 
     fn hashsize(&self) -> String {
-        std::fs::read_to_string(self.dir.join(PARAM)).unwrap().trim().to_string()
+        std::fs::read_to_string(self.dir.path().join(PARAM)).unwrap().trim().to_string()
     }
 
     /// Puts a directory where `file` should be: writing it fails even for root.
     fn break_file(&self, path: &str) {
-        let path = self.dir.join(path);
+        let path = self.dir.path().join(path);
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap();
     }
@@ -140,12 +140,12 @@ fn a_different_nf_conntrack_max_is_written_even_when_lower() {
 #[test]
 fn hashsize_is_raised_only_when_lower_than_a_quarter_of_max() {
     let fake = Fake::new("hashsize");
-    std::fs::write(fake.dir.join(PARAM), "262144\n").unwrap();
+    std::fs::write(fake.dir.path().join(PARAM), "262144\n").unwrap();
     let outcomes = apply(&settings(32768, 131072), 2, &fake.paths);
     assert_eq!(find(&outcomes, HASHSIZE), &Outcome::AlreadySet { name: HASHSIZE, value: 262144 });
     assert_eq!(fake.hashsize(), "262144", "never lowered");
 
-    std::fs::write(fake.dir.join(PARAM), "32767\n").unwrap();
+    std::fs::write(fake.dir.path().join(PARAM), "32767\n").unwrap();
     let outcomes = apply(&settings(32768, 131072), 2, &fake.paths);
     assert_eq!(find(&outcomes, HASHSIZE), &Outcome::Written { name: HASHSIZE, from: Some(32767), to: 32768 });
     assert_eq!(fake.hashsize(), "32768");
@@ -229,7 +229,7 @@ fn a_failure_is_reported_and_the_others_still_apply() {
 #[test]
 fn a_missing_sysctl_says_the_module_is_not_loaded_and_is_not_created() {
     let fake = Fake::new("missing");
-    let path = fake.dir.join(NETFILTER).join("nf_conntrack_udp_timeout_stream");
+    let path = fake.dir.path().join(NETFILTER).join("nf_conntrack_udp_timeout_stream");
     std::fs::remove_file(&path).unwrap();
     let wanted = ConntrackSettings { udp_stream_timeout: Duration::from_secs(150), ..settings(0, 0) };
     let outcomes = apply(&wanted, 2, &fake.paths);
@@ -243,7 +243,7 @@ fn a_missing_sysctl_says_the_module_is_not_loaded_and_is_not_created() {
 #[test]
 fn a_sysctl_without_write_bits_is_skipped_as_read_only_in_this_namespace() {
     let fake = Fake::new("readonly");
-    let max = fake.dir.join(NETFILTER).join("nf_conntrack_max");
+    let max = fake.dir.path().join(NETFILTER).join("nf_conntrack_max");
     std::fs::set_permissions(&max, std::fs::Permissions::from_mode(0o444)).unwrap();
     let outcomes = apply(&ConntrackSettings::default(), 2, &fake.paths);
     assert!(
@@ -274,13 +274,13 @@ fn reasons_name_the_cause_and_the_way_out() {
 
 #[test]
 fn online_cpus_counts_the_ranges() {
-    let dir = ScratchDir::new("vd-ct-cpus").unwrap();
-    let file = dir.join("devices/system/cpu/online");
-    assert_eq!(online_cpus(&dir), None, "no file");
+    let dir = TempDir::with_prefix("vd-ct-cpus-").unwrap();
+    let file = dir.path().join("devices/system/cpu/online");
+    assert_eq!(online_cpus(dir.path()), None, "no file");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     for (list, count) in [("0-3,8-11\n", Some(8)), ("0\n", Some(1)), ("0,2-3", Some(3)), ("3-1", None), ("x", None)] {
         std::fs::write(&file, list).unwrap();
-        assert_eq!(online_cpus(&dir), count, "{list:?}");
+        assert_eq!(online_cpus(dir.path()), count, "{list:?}");
     }
     assert!(cpus() >= 1);
 }

@@ -17,7 +17,6 @@ pub mod scenarios;
 mod startup;
 
 use crate::netns::Netns;
-use crate::scratch::ScratchDir;
 use crate::topology::{self, Cluster};
 use agent::Agent;
 use anyhow::{Context, Result, bail};
@@ -27,6 +26,7 @@ use std::cell::RefCell;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use tempfile::TempDir;
 use tokio::runtime::Runtime;
 use verdict_testapi::TestApiServer;
 
@@ -55,7 +55,7 @@ pub struct NsCluster {
     pauses: Vec<Pause>,
     containers: Option<Containers>,
     bins: Binaries,
-    workdir: ScratchDir,
+    workdir: TempDir,
 }
 
 /// kubeadm 1.37's `config.conf`, unedited: zero values mean kube-proxy's defaults, and `mode:
@@ -107,17 +107,22 @@ impl NsCluster {
         let listen = SocketAddr::new(API_ADDRESS.into(), 0);
         let server = rt.block_on(rt.spawn(TestApiServer::start_on(listen)))??;
         // Removed on drop, also when the start fails half-way (after the agents, see Drop).
-        let workdir = ScratchDir::new(&format!("verdict-e2e-{tag}"))?;
-        server.write_kubeconfig(&workdir.join("kubeconfig"))?;
+        // Readable by all, as a directory made by hand is: the containers' volumes are in it,
+        // and some of their processes run as other users.
+        let workdir = tempfile::Builder::new()
+            .prefix(&format!("verdict-e2e-{tag}-"))
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .tempdir()?;
+        server.write_kubeconfig(&workdir.path().join("kubeconfig"))?;
         for node in &topo.nodes {
             let pod_cidr = format!("10.244.{}.0/24", node.index);
             server.apply(objects::node(&node.name, &node.ipv4.to_string(), &pod_cidr));
         }
-        let config_map = kubeadm_config_map(std::fs::read_to_string(workdir.join("kubeconfig"))?);
+        let config_map = kubeadm_config_map(std::fs::read_to_string(workdir.path().join("kubeconfig"))?);
         match &containers {
             Some(c) => {
                 for (node, pause) in topo.nodes.iter().zip(pauses.borrow().iter()) {
-                    let volumes = container::volumes_dir(&workdir, &node.name);
+                    let volumes = container::volumes_dir(workdir.path(), &node.name);
                     c.make_volumes(&volumes, &config_map)?;
                     startup::reset_conntrack_sysctls(&node.ns)?;
                     c.run_init(&node.name, &pause.name, &pause.name, &volumes)?;
@@ -126,7 +131,7 @@ impl NsCluster {
             }
             None => {
                 for node in &topo.nodes {
-                    let (config, state) = namespace_volumes(&workdir, &node.name);
+                    let (config, state) = namespace_volumes(workdir.path(), &node.name);
                     std::fs::create_dir_all(&config)?;
                     std::fs::create_dir_all(&state)?;
                     for (name, text) in &config_map {
@@ -136,7 +141,7 @@ impl NsCluster {
                 // kubeadm's command line runs `kube-proxy`: the name makes verdict `run`.
                 let verdict = std::fs::canonicalize(&bins.verdict)
                     .with_context(|| format!("the verdict binary {}", bins.verdict.display()))?;
-                std::os::unix::fs::symlink(verdict, workdir.join("kube-proxy"))?;
+                std::os::unix::fs::symlink(verdict, workdir.path().join("kube-proxy"))?;
             }
         }
         // The API server's own Service, before any agent: the agents cannot need it.
@@ -157,15 +162,15 @@ impl NsCluster {
     /// Starts the agent of node `i` (0-based) and waits until `/healthz` answers 200.
     pub fn start_agent(&mut self, i: usize) -> Result<()> {
         let node = &self.topo.nodes[i];
-        let log = self.workdir.join(format!("{}.log", node.name));
+        let log = self.workdir.path().join(format!("{}.log", node.name));
         let mut agent = match &self.containers {
             None => {
-                let (config, state) = namespace_volumes(&self.workdir, &node.name);
-                Agent::start(&node.ns, &node.name, &self.workdir.join("kube-proxy"), (&config, &state), &log)?
+                let (config, state) = namespace_volumes(self.workdir.path(), &node.name);
+                Agent::start(&node.ns, &node.name, &self.workdir.path().join("kube-proxy"), (&config, &state), &log)?
             }
             Some(c) => {
                 let pause = &self.pauses[i].name;
-                let volumes = container::volumes_dir(&self.workdir, &node.name);
+                let volumes = container::volumes_dir(self.workdir.path(), &node.name);
                 c.start_agent(&node.name, &format!("{pause}-agent"), pause, &volumes, &log)?
             }
         };
@@ -209,7 +214,7 @@ impl NsCluster {
             node,
             &format!("{pause}-tweaked"),
             pause,
-            &container::volumes_dir(&self.workdir, node),
+            &container::volumes_dir(self.workdir.path(), node),
             tweak,
         )
     }

@@ -6,7 +6,7 @@
 //! every shared key is counted once (a million hairpin pairs at 100k Services), so this also
 //! shrinks the render's transient peak.
 
-use crate::fasthash::FastMap;
+use crate::FastMap;
 use crate::ruleset::Blob;
 
 /// Counts by key; see the module documentation.

@@ -18,8 +18,8 @@ mod own;
 mod scaffold;
 pub(crate) mod service;
 
+use crate::FastMap;
 use crate::elements::ElementMap;
-use crate::fasthash::FastMap;
 use crate::rule::build::{l4proto_any, stmt};
 use crate::rule::{DnatTarget, Rule, Selector, Stmt};
 use crate::ruleset::{Blob, Chain, DataSpec, Elem, KeySpec, Ruleset, Set, SetDecl, Table};
