@@ -195,7 +195,7 @@ fn a_traced_connection_names_its_path_and_the_endpoint_that_answered() {
          comment \"verdict trace until unix time {until}\"\n"
     );
     lab.ns.nft_stdin(&["-f", "-"], &chain).unwrap();
-    assert_eq!(trace_chains(&lab.ns), [name.clone()]);
+    assert_eq!(trace_chains(&lab.ns), std::slice::from_ref(&name));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !trace_chains(&lab.ns).is_empty() {
         assert!(Instant::now() < deadline, "the agent did not remove {name}:\n{}", agent_log());

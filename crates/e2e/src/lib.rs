@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod dataplane;
 pub mod endtoend;
 pub mod fixtures;
+pub mod flows;
 pub mod lab_agent;
 pub mod netns;
 pub mod privilege;

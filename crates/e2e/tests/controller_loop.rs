@@ -432,10 +432,11 @@ fn changes_by_other_programs_are_reconciled_and_our_own_are_not_taken_for_them()
 fn a_saved_state_is_adopted_only_by_the_table_it_describes_and_rechecked_periodically() {
     require_kernel!();
     let ns = Netns::new("adopt").unwrap();
-    let state = verdict_e2e::scratch::ScratchDir::new("verdict-adopt").unwrap();
+    let state = tempfile::TempDir::with_prefix("verdict-adopt-").unwrap();
+    let state = state.path();
     let (services, slices) = synth::cluster(60, 2, 5000);
     let hour = Duration::from_secs(3600);
-    let first = start_stateful(&ns, &state, hour);
+    let first = start_stateful(&ns, state, hour);
     list(&first, &services, &slices, true);
     assert!(first.next().error.is_none());
     first.shut_down();
@@ -448,8 +449,8 @@ fn a_saved_state_is_adopted_only_by_the_table_it_describes_and_rechecked_periodi
     list(&other, &services[..30], &slices[..30], true);
     assert!(other.next().error.is_none());
     other.stop();
-    claim_current_generation(&ns, &state);
-    let second = start_stateful(&ns, &state, hour);
+    claim_current_generation(&ns, state);
+    let second = start_stateful(&ns, state, hour);
     list(&second, &services, &slices, true);
     let report = second.next();
     assert!(report.error.is_none() && report.objects > 0, "{report:?}");
@@ -460,7 +461,7 @@ fn a_saved_state_is_adopted_only_by_the_table_it_describes_and_rechecked_periodi
     // without reading the elements, which the periodic full sync does.
     // The second key (the first, the last and two between are looked up at adoption).
     let element = {
-        let file = std::fs::read_dir(&*state).unwrap().flatten().map(|e| e.path()).next().unwrap();
+        let file = std::fs::read_dir(state).unwrap().flatten().map(|e| e.path()).next().unwrap();
         let (_, snapshot) = verdict_nft::snapshot::decode(&std::fs::read(&file).unwrap()).unwrap();
         let (key, _) = snapshot.sets["service-ips"].iter().nth(1).expect("two Services");
         let k = key.as_slice();
@@ -472,8 +473,8 @@ fn a_saved_state_is_adopted_only_by_the_table_it_describes_and_rechecked_periodi
         format!("{}.{}.{}.{} . {proto} . {}", k[0], k[1], k[2], k[3], u16::from_be_bytes([k[8], k[9]]))
     };
     ns.check(&["nft", "delete", "element", "inet", "kube-proxy", "service-ips", &format!("{{ {element} }}")]).unwrap();
-    claim_current_generation(&ns, &state);
-    let third = start_stateful(&ns, &state, Duration::from_secs(2));
+    claim_current_generation(&ns, state);
+    let third = start_stateful(&ns, state, Duration::from_secs(2));
     list(&third, &services, &slices, true);
     let adopted = third.next();
     assert!(adopted.full && adopted.error.is_none() && adopted.objects == 0, "adopted as saved: {adopted:?}");

@@ -17,9 +17,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use verdict_controller::conntrack::ConntrackCleaner;
 use verdict_controller::sync::AfterSync;
+use verdict_e2e::flows::{self, entry_of, line_of};
 use verdict_e2e::require_kernel;
 use verdict_e2e::scenario::{Cond, Eps, Lab, Svc};
-use verdict_model::{PortChange, ProxyModel};
 
 const STATSD: &str = "172.30.0.61:8125";
 const OTHER: &str = "172.30.0.62:53";
@@ -127,39 +127,9 @@ fn kind(e: &std::io::Error) -> String {
     }
 }
 
-/// Node1's conntrack entries (`conntrack -L -o id`), one line each.
+/// Node1's conntrack entries.
 fn conntrack(lab: &Lab) -> Vec<String> {
-    let out = lab.cluster.nodes[0].ns.check(&["conntrack", "-L", "-o", "id"]).expect("conntrack -L");
-    out.lines().map(str::to_string).collect()
-}
-
-/// The id of the entry whose original source port is `port`, if any (the rest of the line,
-/// such as the remaining timeout and the TCP state, moves on by itself).
-fn entry_of(entries: &[String], port: u16) -> Option<String> {
-    let line = line_of(entries, port)?;
-    line.split_whitespace().find(|w| w.starts_with("id=")).map(str::to_string)
-}
-
-/// The line of the entry whose original source port is `port`, if any. Only the original
-/// direction counts: an endpoint's late answer to a deleted flow starts an entry of its own,
-/// from the endpoint to the client, whose reply direction has the client's port.
-fn line_of(entries: &[String], port: u16) -> Option<String> {
-    let sport = format!("sport={port}");
-    entries.iter().find(|l| l.split_whitespace().find(|w| w.starts_with("sport=")) == Some(sport.as_str())).cloned()
-}
-
-/// The change from `before` to `after` of every port, as the sync loop hands it over.
-fn changes(before: &ProxyModel, after: &ProxyModel) -> Vec<PortChange> {
-    let names: std::collections::BTreeSet<_> = before.services.keys().chain(after.services.keys()).collect();
-    names
-        .into_iter()
-        .map(|name| PortChange {
-            name: name.clone(),
-            old: before.services.get(name).cloned(),
-            new: after.services.get(name).cloned(),
-        })
-        .filter(|c| c.old != c.new)
-        .collect()
+    flows::entries(&lab.cluster.nodes[0].ns)
 }
 
 /// Programs `before`, starts the sender to statsd and the bystander flows, programs `after`,
@@ -203,7 +173,7 @@ fn scenario(lab: &Lab, after_statsd: Option<Eps>, done: impl Fn(&[String]) -> bo
         [other.local.port(), tcp_port].iter().map(|&port| entry_of(&entries, port)).collect();
     assert!(kept.iter().all(Option::is_some), "the bystanders' entries exist: {entries:#?}");
 
-    let changes = changes(&before, &after);
+    let changes = flows::changes(&before, &after);
     lab.cluster.nodes[0].ns.run(|| ConntrackCleaner::new().after_sync(&after, false, &changes));
 
     let heard = sender.hear_until(done);

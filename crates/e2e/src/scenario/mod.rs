@@ -174,15 +174,19 @@ impl Lab {
         }
     }
 
-    /// The model of node1 for these objects.
+    /// The model of node1 for these objects, which must have no problems.
     pub fn model(&self, config: ProxyConfig, services: &[Svc], slices: &[Eps]) -> ProxyModel {
+        let BuildOutput { model, problems } = self.build(config, services, slices);
+        assert!(problems.is_empty(), "scenario objects have problems: {problems:?}");
+        model
+    }
+
+    /// The model of node1 for these objects, and their problems (hostile objects have some).
+    pub fn build(&self, config: ProxyConfig, services: &[Svc], slices: &[Eps]) -> BuildOutput {
         let services: Vec<source::Service> = services.iter().map(|s| s.0.clone()).collect();
         let slices: Vec<source::EndpointSlice> = slices.iter().map(|s| s.0.clone()).collect();
         let node = self.node_object();
-        let BuildOutput { model, problems } =
-            build_model(config, NODE, Some(&node), &self.node_addresses, &services, &slices);
-        assert!(problems.is_empty(), "scenario objects have problems: {problems:?}");
-        model
+        build_model(config, NODE, Some(&node), &self.node_addresses, &services, &slices)
     }
 
     /// Programs node1 (over netlink, as the agent does) and returns the table.

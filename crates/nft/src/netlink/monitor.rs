@@ -236,17 +236,15 @@ fn kind_name(msg: u16) -> &'static str {
 mod tests {
     use super::*;
 
-    /// One notification: header, nfgenmsg, then the table attribute (and a trailing one).
-    fn notice(msg: u16, family: u8, table: &str) -> Vec<u8> {
+    /// One notification: header, nfgenmsg, then these attributes.
+    fn message(msg: u16, family: u8, attributes: &[(u16, &[u8])]) -> Vec<u8> {
         let mut attrs = Vec::new();
-        let name = [table.as_bytes(), &[0]].concat();
-        attrs.extend_from_slice(&((4 + name.len()) as u16).to_ne_bytes());
-        attrs.extend_from_slice(&ATTR_TABLE.to_ne_bytes());
-        attrs.extend_from_slice(&name);
-        attrs.resize(super::super::wire::align4(attrs.len()), 0);
-        attrs.extend_from_slice(&8u16.to_ne_bytes());
-        attrs.extend_from_slice(&2u16.to_ne_bytes());
-        attrs.extend_from_slice(&[0, 0, 0, 1]);
+        for (kind, value) in attributes {
+            attrs.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+            attrs.extend_from_slice(&kind.to_ne_bytes());
+            attrs.extend_from_slice(value);
+            attrs.resize(super::super::wire::align4(attrs.len()), 0);
+        }
         let len = NLMSG_HDRLEN + 4 + attrs.len();
         let mut out = Vec::new();
         out.extend_from_slice(&(len as u32).to_ne_bytes());
@@ -257,18 +255,21 @@ mod tests {
         out
     }
 
-    /// A chain (3, 5) or rule (6, 8) notice of `inet kube-proxy` naming `chain`.
+    /// A NUL-terminated string attribute value.
+    fn string(s: &str) -> Vec<u8> {
+        [s.as_bytes(), &[0]].concat()
+    }
+
+    /// A notification about `table`: its name, then an attribute that is no name.
+    fn notice(msg: u16, family: u8, table: &str) -> Vec<u8> {
+        message(msg, family, &[(ATTR_TABLE, &string(table)), (2, &[0, 0, 0, 1])])
+    }
+
+    /// A chain (3, 5) or rule (6, 8) notice of `inet kube-proxy` naming `chain`, its attributes
+    /// in the kernel's order: the table, then the chain's name (chains) or the rule's chain.
     fn chain_notice(msg: u16, chain: &str) -> Vec<u8> {
-        let attr = if msg < 6 { 3u16 } else { 2 };
-        let mut out = notice(msg, FAMILY_INET, "kube-proxy");
-        let name = [chain.as_bytes(), &[0]].concat();
-        out.extend_from_slice(&((4 + name.len()) as u16).to_ne_bytes());
-        out.extend_from_slice(&attr.to_ne_bytes());
-        out.extend_from_slice(&name);
-        out.resize(super::super::wire::align4(out.len()), 0);
-        let len = out.len() as u32;
-        out[..4].copy_from_slice(&len.to_ne_bytes());
-        out
+        let chain_attr = if msg < 6 { 3 } else { 2 };
+        message(msg, FAMILY_INET, &[(ATTR_TABLE, &string("kube-proxy")), (chain_attr, &string(chain))])
     }
 
     #[test]
@@ -279,7 +280,7 @@ mod tests {
         let added = TraceChange { chain: chain.into(), until: 2000, added: true };
         assert_eq!(trace_changes(&datagram, "kube-proxy"), Some(vec![added]));
         let gone = [chain_notice(8, chain), chain_notice(5, chain)].concat();
-        assert_eq!(trace_changes(&gone, "kube-proxy").unwrap()[0].added, false);
+        assert!(!trace_changes(&gone, "kube-proxy").unwrap()[0].added);
         let mixed = [chain_notice(3, chain), chain_notice(5, "services")].concat();
         assert_eq!(trace_changes(&mixed, "kube-proxy"), None, "another chain changed too");
         assert_eq!(trace_changes(&chain_notice(3, "trace-1-output"), "kube-proxy"), None, "no deadline in the name");
