@@ -4,8 +4,9 @@
 //! Warning Event), once per change.
 
 use verdict_model::{ObjectKind, ObjectRef, Problem};
+use verdict_nft::Kernel;
+use verdict_nft::netlink::NetlinkError;
 use verdict_nft::netlink::firewalls::{DroppingChain, Hook};
-use verdict_nft::netlink::{Netlink, NetlinkError};
 
 /// The problem reason of a dropping chain.
 pub const REASON: &str = "DropInOtherTable";
@@ -17,7 +18,7 @@ pub fn about_the_node(reason: &str) -> bool {
 }
 
 /// The dropping chains of other tables, as problems of Node `node`.
-pub fn problems(nl: &mut Netlink, own_table: &str, node: &str) -> Result<Vec<Problem>, NetlinkError> {
+pub fn problems(nl: &mut impl Kernel, own_table: &str, node: &str) -> Result<Vec<Problem>, NetlinkError> {
     let object = ObjectRef::new(ObjectKind::Node, "", node);
     Ok(nl.dropping_chains(own_table)?.iter().map(|c| Problem::new(object.clone(), REASON, message(c))).collect())
 }

@@ -17,8 +17,9 @@
 
 use crate::metrics as m;
 use verdict_model::{ObjectKind, ObjectRef, Problem};
+use verdict_nft::Kernel;
+use verdict_nft::netlink::TableFamily;
 use verdict_nft::netlink::tables::NamedObject;
-use verdict_nft::netlink::{Netlink, TableFamily};
 
 /// The problem reason.
 pub const REASON: &str = "ForeignProxy";
@@ -58,7 +59,7 @@ fn message(what: &str) -> String {
 /// The other proxies found, as problems of Node `node`, with the gauge set. When the kernel
 /// cannot be read, the problems of `previous` of this kind are kept (a failed look is not a
 /// proxy gone).
-pub fn problems(nl: &mut Netlink, node: &str, previous: &[Problem]) -> Vec<Problem> {
+pub fn problems(nl: &mut impl Kernel, node: &str, previous: &[Problem]) -> Vec<Problem> {
     let objects = match nl.tables_and_chains() {
         Ok(objects) => objects,
         Err(e) => {

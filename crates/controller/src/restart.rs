@@ -3,15 +3,15 @@
 
 use std::path::Path;
 use std::time::Instant;
+use verdict_nft::Kernel;
 use verdict_nft::Ruleset;
-use verdict_nft::netlink::Netlink;
 use verdict_nft::snapshot::{self, Snapshot, Stamp};
 
 /// Takes the snapshot of `table` from `dir` and returns it when it may still describe the
 /// kernel: same boot, same network namespace, and no commit by anybody since it was saved.
 /// Logs why not. (Its structure digest is checked against the kernel's table once read: see
 /// [`adoptable`].)
-pub(crate) fn load(dir: &Path, table: &str, nl: &mut Netlink) -> Option<(Stamp, Snapshot)> {
+pub(crate) fn load(dir: &Path, table: &str, nl: &mut impl Kernel) -> Option<(Stamp, Snapshot)> {
     let started = Instant::now();
     let netns = match snapshot::current_netns() {
         Ok(n) => n,
@@ -31,7 +31,7 @@ pub(crate) fn load(dir: &Path, table: &str, nl: &mut Netlink) -> Option<(Stamp, 
             return None;
         }
     };
-    let genid = match nl.genid() {
+    let genid = match nl.generation() {
         Ok(g) => g,
         Err(e) => {
             tracing::warn!("reading the nftables generation failed, reading the whole table: {e}");
@@ -82,9 +82,9 @@ pub(crate) fn adoptable(stamp: &Stamp, observed: &Ruleset) -> bool {
 }
 
 /// Saves `ruleset` (what the kernel holds) for the next start.
-pub(crate) fn save(dir: &Path, table: &str, nl: &mut Netlink, ruleset: &Ruleset) {
+pub(crate) fn save(dir: &Path, table: &str, nl: &mut impl Kernel, ruleset: &Ruleset) {
     let started = Instant::now();
-    let stamp = match (snapshot::current_netns(), nl.genid(), snapshot::current_boot_id()) {
+    let stamp = match (snapshot::current_netns(), nl.generation(), snapshot::current_boot_id()) {
         (Ok(netns), Ok(genid), Ok(boot_id)) => {
             Stamp { netns, genid, boot_id, structure: snapshot::structure_digest(ruleset), table: table.to_string() }
         }

@@ -17,5 +17,6 @@ pub mod privilege;
 pub mod probe;
 pub mod probe_cli;
 pub mod scenario;
-pub mod synth;
 pub mod topology;
+
+pub use verdict_model::synth;

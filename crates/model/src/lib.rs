@@ -20,6 +20,7 @@ mod ports;
 mod problem;
 mod slices;
 pub mod source;
+pub mod synth;
 mod types;
 
 pub use build::{

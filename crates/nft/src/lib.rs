@@ -13,6 +13,7 @@ pub mod desired;
 pub mod diff;
 pub mod elements;
 pub mod explain;
+pub mod kernel;
 pub mod low;
 pub mod lower;
 pub mod netlink;
@@ -28,6 +29,7 @@ pub mod transaction;
 
 pub use desired::DesiredTable;
 pub use diff::{Plan, diff};
+pub use kernel::Kernel;
 pub use render::{RenderOptions, render};
 pub use ruleset::Ruleset;
 pub use transaction::Transaction;

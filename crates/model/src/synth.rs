@@ -1,7 +1,9 @@
-//! Synthetic clusters for benchmarks and scale tests.
+//! Synthetic clusters for benchmarks and tests (of this crate's users: the sync loop's unit
+//! tests, the namespace tests, the benchmarks): Services and EndpointSlices as a cluster of a
+//! given size holds them.
 
-use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
-use verdict_model::{BuildOutput, Cidr, ProxyConfig, build_model};
+use crate::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
+use crate::{BuildOutput, Cidr, ProxyConfig, build_model};
 
 /// The pod addresses endpoints are drawn from: a cluster's pods (150,000 is Kubernetes'
 /// tested maximum), so with many Services each pod backs several of them, as in real clusters.

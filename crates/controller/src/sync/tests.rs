@@ -1,0 +1,223 @@
+//! The loop's scenarios on a kernel in memory ([`MemoryKernel`]): no CAP_NET_ADMIN needed.
+//! The same scenarios run against the real kernel in `crates/e2e/tests/controller_loop.rs`
+//! and `faults.rs`.
+
+use super::*;
+use crate::event::queue;
+use std::collections::BTreeSet;
+use std::sync::mpsc::{SyncSender, channel};
+use verdict_model::source::{EndpointSlice, Service};
+use verdict_model::synth;
+use verdict_nft::kernel::{MemoryKernel, Refuse};
+use verdict_nft::{Ruleset, render};
+
+const TABLE: &str = "kube-proxy";
+
+struct Running {
+    tx: SyncSender<Event>,
+    reports: std::sync::mpsc::Receiver<SyncReport>,
+    thread: Option<std::thread::JoinHandle<Result<(), SyncError>>>,
+}
+
+impl Running {
+    fn start(kernel: &MemoryKernel, defer_chain_deletion: bool) -> Running {
+        let (tx, rx) = queue();
+        let (rtx, reports) = channel();
+        let cfg = SyncConfig {
+            min_sync_period: Duration::from_millis(20),
+            sync_period: Duration::from_millis(200),
+            defer_chain_deletion,
+            ..SyncConfig::default()
+        };
+        let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
+        let cache = ModelCache::new(synth::config(), "bench");
+        let sync_loop = SyncLoop::new(cache, kernel.clone(), cfg, health).with_reports(rtx);
+        let thread = std::thread::spawn(move || sync_loop.run(rx));
+        Running { tx, reports, thread: Some(thread) }
+    }
+
+    fn next(&self) -> SyncReport {
+        self.reports.recv_timeout(Duration::from_secs(10)).expect("a sync within 10 s")
+    }
+
+    fn none_within(&self, d: Duration) -> bool {
+        self.reports.recv_timeout(d).is_err()
+    }
+
+    fn send(&self, ev: Event) {
+        self.tx.send(ev).unwrap();
+    }
+
+    fn list(&self, services: &[Service], slices: &[EndpointSlice]) {
+        self.list_services(services);
+        self.send(Event::InitStart(Kind::EndpointSlice));
+        for e in slices {
+            self.send(Event::Apply(Object::EndpointSlice(e.clone())));
+        }
+        self.send(Event::InitDone(Kind::EndpointSlice));
+        for kind in [Kind::Node, Kind::ServiceCidr] {
+            self.send(Event::InitStart(kind));
+        }
+        self.send(Event::Apply(Object::Node(synth::node())));
+        self.send(Event::InitDone(Kind::Node));
+        self.send(Event::InitDone(Kind::ServiceCidr));
+    }
+
+    fn list_services(&self, services: &[Service]) {
+        self.send(Event::InitStart(Kind::Service));
+        for s in services {
+            self.send(Event::Apply(Object::Service(s.clone())));
+        }
+        self.send(Event::InitDone(Kind::Service));
+    }
+
+    fn stop(mut self) {
+        drop(self.tx);
+        self.thread.take().unwrap().join().unwrap().unwrap();
+    }
+}
+
+fn rendered(services: &[Service], slices: &[EndpointSlice]) -> Ruleset {
+    render(&synth::model(services, slices).model, &RenderOptions::default())
+}
+
+fn holds(kernel: &MemoryKernel, services: &[Service], slices: &[EndpointSlice]) -> bool {
+    kernel.table(TABLE).is_some_and(|t| t.equivalent(&rendered(services, slices)))
+}
+
+#[test]
+fn nothing_is_programmed_before_every_kind_is_listed_then_the_whole_table() {
+    let kernel = MemoryKernel::new();
+    let (services, slices) = synth::cluster(30, 2, 1000);
+    let r = Running::start(&kernel, false);
+    r.list_services(&services);
+    assert!(r.none_within(Duration::from_millis(300)), "no sync before slices, Nodes and ServiceCIDRs are listed");
+    assert_eq!(kernel.commits(), 0);
+    r.list(&services, &slices);
+    let first = r.next();
+    assert!(first.full && first.error.is_none() && first.rendered_ports == 30, "{first:?}");
+    assert!(holds(&kernel, &services, &slices));
+    r.stop();
+}
+
+#[test]
+fn a_change_renders_only_its_service() {
+    let kernel = MemoryKernel::new();
+    let (services, mut slices) = synth::cluster(30, 2, 1000);
+    let r = Running::start(&kernel, false);
+    r.list(&services, &slices);
+    assert!(r.next().full);
+    slices[7] = synth::slice(7, 2, 1000, 3);
+    r.send(Event::Apply(Object::EndpointSlice(slices[7].clone())));
+    let change = r.next();
+    assert!(!change.full && change.rendered_ports == 1 && change.error.is_none(), "{change:?}");
+    assert!(holds(&kernel, &services, &slices));
+    r.stop();
+}
+
+#[test]
+fn a_refused_commit_leaves_the_table_and_the_full_reconcile_after_it_converges() {
+    let kernel = MemoryKernel::new();
+    let (services, mut slices) = synth::cluster(30, 2, 1000);
+    let r = Running::start(&kernel, false);
+    r.list(&services, &slices);
+    assert!(r.next().error.is_none());
+    let old = kernel.table(TABLE).unwrap();
+    kernel.refuse(Refuse::Errno(nix::errno::Errno::ENOMEM));
+    slices[3] = synth::slice(3, 2, 1000, 5);
+    r.send(Event::Apply(Object::EndpointSlice(slices[3].clone())));
+    let failed = r.next();
+    assert!(failed.error.as_deref().is_some_and(|e| e.contains("ENOMEM")), "{failed:?}");
+    assert!(kernel.table(TABLE).unwrap().equivalent(&old), "a refused batch applies nothing");
+    let retry = r.next();
+    assert!(retry.full && retry.error.is_none(), "the retry reconciles the whole table: {retry:?}");
+    assert!(holds(&kernel, &services, &slices));
+    r.stop();
+}
+
+#[test]
+fn another_programs_change_is_repaired_by_a_full_sync_that_reads_the_kernel() {
+    let kernel = MemoryKernel::new();
+    let (services, slices) = synth::cluster(30, 2, 1000);
+    let r = Running::start(&kernel, false);
+    r.list(&services, &slices);
+    assert!(r.next().error.is_none());
+    kernel.edit(TABLE, |t| {
+        let set = t.sets.values_mut().find(|s| !s.elements.is_empty()).expect("a set with elements");
+        set.elements = Default::default();
+    });
+    assert!(!holds(&kernel, &services, &slices));
+    r.send(Event::TableChanged("delete element".into()));
+    let repair = r.next();
+    assert!(repair.full && repair.objects > 0 && repair.error.is_none(), "{repair:?}");
+    assert!(holds(&kernel, &services, &slices));
+    r.stop();
+}
+
+#[test]
+fn a_restart_over_the_table_it_left_writes_nothing() {
+    let kernel = MemoryKernel::new();
+    let (services, mut slices) = synth::cluster(30, 2, 1000);
+    let first = Running::start(&kernel, false);
+    first.list(&services, &slices);
+    assert!(first.next().objects > 0);
+    first.stop();
+    let second = Running::start(&kernel, false);
+    second.list(&services, &slices);
+    let adopted = second.next();
+    assert!(adopted.full && adopted.error.is_none() && adopted.objects == 0, "{adopted:?}");
+    second.stop();
+    // What changed while no agent ran, and only that, is written.
+    slices[11] = synth::slice(11, 2, 1000, 7);
+    let third = Running::start(&kernel, false);
+    third.list(&services, &slices);
+    let report = third.next();
+    assert!((1..=4).contains(&report.objects), "{report:?}");
+    assert!(holds(&kernel, &services, &slices));
+    third.stop();
+}
+
+#[test]
+fn a_commit_by_another_program_between_read_and_commit_makes_the_sync_read_and_plan_again() {
+    let kernel = MemoryKernel::new();
+    let (services, slices) = synth::cluster(30, 2, 1000);
+    kernel.refuse(Refuse::CommitAfterRead);
+    let r = Running::start(&kernel, false);
+    r.list(&services, &slices);
+    let first = r.next();
+    assert!(first.full && first.error.is_none(), "planned again after the refusal: {first:?}");
+    assert_eq!(kernel.commits(), 1, "one commit: the refused plan applied nothing");
+    assert!(holds(&kernel, &services, &slices));
+    r.stop();
+}
+
+/// Before 6.4 an anonymous vmap's chains stay busy until its rule's set is destroyed after
+/// the commit: the loop learns it from the refusal, then flushes chains and deletes them a
+/// second later, in a transaction of their own.
+#[test]
+fn before_6_4_a_chain_out_of_use_is_flushed_then_deleted_a_second_later() {
+    let kernel = MemoryKernel::before_6_4();
+    let (mut services, mut slices) = synth::cluster(10, 2, 1000);
+    services[3].session_affinity = "ClientIP".into();
+    let r = Running::start(&kernel, false);
+    r.list(&services, &slices);
+    assert!(r.next().error.is_none());
+    let chains = |k: &MemoryKernel| k.table(TABLE).unwrap().chains.keys().cloned().collect::<BTreeSet<String>>();
+    let before = chains(&kernel);
+
+    slices[3] = synth::slice(3, 2, 1000, 9);
+    r.send(Event::Apply(Object::EndpointSlice(slices[3].clone())));
+    let refused = r.next();
+    assert!(refused.error.as_deref().is_some_and(|e| e.contains("EBUSY")), "{refused:?}");
+    let retried = r.next();
+    assert!(retried.full && retried.error.is_none(), "deferring from now on: {retried:?}");
+    let gone: Vec<String> = before.difference(&chains(&kernel)).cloned().collect();
+    assert!(gone.is_empty(), "the chain out of use is still there, flushed: {gone:?}");
+    let table = kernel.table(TABLE).unwrap();
+    assert!(table.chains.values().any(|c| c.rules.is_empty() && c.base.is_none()), "one is flushed");
+    let tidied = r.next();
+    assert!(tidied.error.is_none() && tidied.objects == 1 && tidied.rendered_ports == 0, "{tidied:?}");
+    assert_eq!(before.difference(&chains(&kernel)).count(), 1, "one chain went");
+    assert!(holds(&kernel, &services, &slices));
+    r.stop();
+}
