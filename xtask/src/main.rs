@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo xtask test    install what is missing, build, run every test (kernel and packet tests too)
-//! cargo xtask demo    a namespace node with three pods, programmed by `verdict run --once`
+//! cargo xtask demo    a two-node namespace cluster with verdict agents: a Service created, scaled, deleted
 //! cargo xtask bench   verdict's netlink programming vs `nft -f`, into target/bench/report.md
 //! cargo xtask bench --e2e   `verdict run` against the test API server: start, restart, RSS
 //! cargo xtask bench --counters   what --service-counters costs: commit, connect latency, connections/s

@@ -2,7 +2,7 @@
 //! nftables programmer.
 //!
 //! The controller turns Kubernetes objects into [`source`] records (plain strings, exactly as the
-//! API server holds them). [`ProxyModel::build`] validates them and applies Kubernetes Service
+//! API server holds them). [`build_model`] validates them and applies Kubernetes Service
 //! semantics, so that the nftables side only ever sees clean, already-decided facts: which
 //! addresses a Service answers on, and which endpoints each kind of traffic may reach.
 //!
