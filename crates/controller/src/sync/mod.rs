@@ -127,12 +127,36 @@ pub struct ProblemNotice {
     pub problems: Vec<Problem>,
 }
 
+/// Why a sync failed: the kernel's error, typed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncFailure {
+    /// Reading the table (a full sync) failed.
+    #[error("reading the table")]
+    Read(#[source] NetlinkError),
+    /// The kernel refused the transaction, or its replies were lost.
+    #[error(transparent)]
+    Commit(NetlinkError),
+}
+
+impl SyncFailure {
+    /// The failure and its causes, as one line (for logs and [`SyncReport::error`]).
+    pub fn line(&self) -> String {
+        let mut line = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            line.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        line
+    }
+}
+
 /// Why `run` stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     /// The first (and, with `once`, only) sync failed.
-    #[error("{0}")]
-    Failed(String),
+    #[error(transparent)]
+    Failed(SyncFailure),
     /// The sources went away before every kind was listed.
     #[error("the sources closed before every kind was listed once")]
     NeverSynced,
@@ -181,6 +205,8 @@ pub struct SyncLoop<K: Kernel = Netlink> {
     #[allow(clippy::type_complexity)]
     read_ahead: Option<(u32, Result<Option<verdict_nft::observe::Observed>, NetlinkError>)>,
     looked_for_state: bool,
+    /// Why the last sync failed, for `run` to return with `once`.
+    last_failure: Option<SyncFailure>,
     /// Chains of `verdict trace` runs and their deadlines (seconds since the epoch): removed
     /// when it has passed, if their trace has not removed them (it was killed).
     traces: BTreeMap<String, u64>,
@@ -227,6 +253,7 @@ impl<K: Kernel> SyncLoop<K> {
             known: None,
             read_ahead: None,
             looked_for_state: false,
+            last_failure: None,
             traces: BTreeMap::new(),
             stopping: false,
             cfg,
@@ -334,7 +361,7 @@ impl<K: Kernel> SyncLoop<K> {
             }
             if self.due(Instant::now()) {
                 let report = self.sync();
-                let failed = report.error.clone();
+                let failed = self.last_failure.take();
                 if let Some(tx) = &self.reports {
                     let _ = tx.send(report);
                 }

@@ -82,7 +82,8 @@ impl<K: Kernel> SyncLoop<K> {
             }
             Err(e) => {
                 crate::family_metrics::sync_failed(&self.cache.model().families());
-                tracing::error!(full, "sync failed; a full reconcile follows in {:?}: {e}", self.backoff);
+                let line = e.line();
+                tracing::error!(full, "sync failed; a full reconcile follows in {:?}: {line}", self.backoff);
                 self.needs_full = true;
                 self.verify_kernel = true;
                 // The kernel is not what verdict wants, even when nothing was queued (a repair
@@ -91,7 +92,8 @@ impl<K: Kernel> SyncLoop<K> {
                 self.health.queued();
                 self.retry_at = Some(now + self.backoff);
                 self.backoff = (self.backoff * 2).min(self.cfg.sync_period.max(self.backoff));
-                report.error = Some(e);
+                report.error = Some(line);
+                self.last_failure = Some(e);
             }
         }
         crate::family_metrics::sync_took(&self.cache.model().families(), full, report.took);
@@ -107,7 +109,7 @@ impl<K: Kernel> SyncLoop<K> {
         table: &mut DesiredTable,
         report: &mut SyncReport,
         phases: &mut Phases,
-    ) -> Result<(), String> {
+    ) -> Result<(), SyncFailure> {
         let mut attempt = 1;
         loop {
             let mark = Instant::now();
@@ -117,7 +119,7 @@ impl<K: Kernel> SyncLoop<K> {
                 _ => self.nl.read(&self.cfg.table, &Snapshot::default()),
             };
             phases.read += mark.elapsed();
-            let mut current = current.map_err(|e| format!("reading the table: {e}"))?;
+            let mut current = current.map_err(SyncFailure::Read)?;
             let read_at = current.as_ref().and_then(|c| c.generation);
             if let Some(c) = &mut current {
                 for f in &c.foreign {
@@ -234,8 +236,8 @@ impl<K: Kernel> SyncLoop<K> {
         self.firewalls_due = true;
     }
 
-    /// Notes what a refused commit teaches (see [`StaleChains::learn`]); the error, as text.
-    pub(super) fn learn(&mut self, e: verdict_nft::netlink::NetlinkError) -> String {
+    /// Notes what a refused commit teaches (see [`StaleChains::learn`]).
+    pub(super) fn learn(&mut self, e: verdict_nft::netlink::NetlinkError) -> SyncFailure {
         if self.stale_chains.learn(&e) {
             tracing::warn!(
                 "the kernel refused to delete a chain whose last reference this transaction deleted \
@@ -243,7 +245,7 @@ impl<K: Kernel> SyncLoop<K> {
                  flushed from now on"
             );
         }
-        e.to_string()
+        SyncFailure::Commit(e)
     }
 
     /// Deletes, in a transaction of their own, the flushed chains whose wait is over and that
