@@ -6,7 +6,7 @@
 //! never equals a rendered rule, so the next diff rewrites that chain.
 
 use crate::low::{AnonSet, LowExpr, LowRule, SetRef};
-use crate::netlink::wire::{parse_comment, parse_set_udata};
+use crate::netlink::udata::{parse_comment, parse_set_udata};
 use crate::netlink::{Netlink, NetlinkError, TableDump};
 use crate::raise::raise;
 use crate::rule::{Rule, Selector};

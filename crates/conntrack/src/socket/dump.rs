@@ -3,9 +3,9 @@
 use super::Conntrack;
 use crate::entry::{Entry, Family};
 use crate::error::{ConntrackError, Errno, Operation};
-use crate::wire::consts::NLM_F_DUMP_INTR;
 use crate::wire::reply::{Messages, Reply, parse_entry};
 use crate::wire::request::dump_request;
+use verdict_netlink::consts::NLM_F_DUMP_INTR;
 
 impl Conntrack {
     /// Dumps a family's entries, asking the kernel to keep only `protocol` if given. Falls back

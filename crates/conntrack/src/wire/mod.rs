@@ -1,8 +1,6 @@
-//! ctnetlink messages, encoded and decoded by hand: requests in [`request`], replies in
-//! [`reply`], attributes in [`attr`], numbers from the kernel headers in [`consts`].
+//! ctnetlink messages: requests in [`request`], replies in [`reply`]. The framing and the
+//! kernel's numbers are `verdict_netlink`'s.
 
-pub(crate) mod attr;
-pub(crate) mod consts;
 pub(crate) mod reply;
 pub(crate) mod request;
 

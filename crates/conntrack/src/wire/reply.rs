@@ -1,17 +1,9 @@
 //! What the kernel sends back: a stream of netlink messages, and the conntrack entries in them.
 
-use super::attr::{Attr, Attrs, align};
-use super::consts::*;
 use crate::entry::{Entry, Family};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-/// The fields of `struct nlmsghdr` we look at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Header {
-    pub(crate) ty: u16,
-    pub(crate) flags: u16,
-    pub(crate) seq: u32,
-}
+use verdict_netlink::consts::*;
+use verdict_netlink::{Attr, Attrs, Header};
 
 /// One message of a reply.
 #[derive(Clone, Copy, Debug)]
@@ -31,69 +23,52 @@ pub(crate) enum Reply<'a> {
     Other,
 }
 
-/// Iterates over the netlink messages in one received datagram.
+/// Iterates over the netlink messages in one received datagram; the first malformed one ends
+/// the walk with an error.
 pub(crate) struct Messages<'a> {
-    rest: &'a [u8],
+    inner: verdict_netlink::Messages<'a>,
 }
 
 impl<'a> Messages<'a> {
     pub(crate) fn new(buf: &'a [u8]) -> Messages<'a> {
-        Messages { rest: buf }
+        Messages { inner: verdict_netlink::Messages::new(buf) }
+    }
+
+    fn fail(&mut self, msg: String) -> Option<Result<(Header, Reply<'a>), String>> {
+        self.inner = verdict_netlink::Messages::new(&[]);
+        Some(Err(msg))
     }
 }
 
-fn i32_at(bytes: &[u8]) -> i32 {
-    match bytes {
-        [a, b, c, d, ..] => i32::from_ne_bytes([*a, *b, *c, *d]),
-        _ => 0,
-    }
-}
+/// The netfilter family header before a ctnetlink message's attributes.
+const NFGENMSG_LEN: usize = 4;
 
 impl<'a> Iterator for Messages<'a> {
     type Item = Result<(Header, Reply<'a>), String>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        let fail = |this: &mut Self, msg: String| {
-            this.rest = &[];
-            Some(Err(msg))
+        let m = match self.inner.next()? {
+            Ok(m) => m,
+            Err(e) => return Some(Err(e.to_string())),
         };
-        if self.rest.len() < NLMSG_HDRLEN {
-            return fail(self, format!("{} trailing bytes after the last message", self.rest.len()));
-        }
-        let b = self.rest;
-        let len = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize;
-        if len < NLMSG_HDRLEN || len > b.len() {
-            return fail(self, format!("message claims {len} bytes, {} received", b.len()));
-        }
-        let header = Header {
-            ty: u16::from_ne_bytes([b[4], b[5]]),
-            flags: u16::from_ne_bytes([b[6], b[7]]),
-            seq: u32::from_ne_bytes([b[8], b[9], b[10], b[11]]),
-        };
-        let payload = &b[NLMSG_HDRLEN..len];
-        self.rest = &b[align(len).min(b.len())..];
-        let reply = match header.ty {
-            NLMSG_ERROR => {
-                if payload.len() < 4 {
-                    return fail(self, format!("NLMSG_ERROR with {} bytes of payload", payload.len()));
-                }
-                Reply::Error(i32_at(payload))
-            }
-            NLMSG_DONE => Reply::Done(i32_at(payload)),
-            NLMSG_OVERRUN => return fail(self, "NLMSG_OVERRUN: the kernel lost data".to_string()),
+        let payload = m.payload();
+        let reply = match m.header.kind {
+            NLMSG_ERROR => match m.error() {
+                Some(e) => Reply::Error(e.code),
+                None => return self.fail(format!("NLMSG_ERROR with {} bytes of payload", payload.len())),
+            },
+            NLMSG_DONE => Reply::Done(payload.get(..4).map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))),
+            NLMSG_OVERRUN => return self.fail("NLMSG_OVERRUN: the kernel lost data".to_string()),
             NLMSG_NOOP => Reply::Other,
-            t if t == ct_msg_type(IPCTNL_MSG_CT_NEW) => {
+            t if t == nfnl_msg_type(NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_NEW) => {
                 if payload.len() < NFGENMSG_LEN {
-                    return fail(self, format!("conntrack message with {} bytes of payload", payload.len()));
+                    return self.fail(format!("conntrack message with {} bytes of payload", payload.len()));
                 }
                 Reply::Conntrack { family: payload[0], attrs: &payload[NFGENMSG_LEN..] }
             }
             _ => Reply::Other,
         };
-        Some(Ok((header, reply)))
+        Some(Ok((m.header, reply)))
     }
 }
 
@@ -120,11 +95,11 @@ fn ip(attr: &Attr<'_>) -> Result<IpAddr, String> {
 fn parse_tuple(attr: &Attr<'_>) -> Result<Tuple, String> {
     let mut t = Tuple::default();
     for a in attr.nested() {
-        let a = a?;
+        let a = a.map_err(|e| e.to_string())?;
         match a.ty {
             CTA_TUPLE_IP => {
                 for ipa in a.nested() {
-                    let ipa = ipa?;
+                    let ipa = ipa.map_err(|e| e.to_string())?;
                     match ipa.ty {
                         CTA_IP_V4_SRC | CTA_IP_V6_SRC => t.src = Some(ip(&ipa)?),
                         CTA_IP_V4_DST | CTA_IP_V6_DST => t.dst = Some(ip(&ipa)?),
@@ -134,11 +109,11 @@ fn parse_tuple(attr: &Attr<'_>) -> Result<Tuple, String> {
             }
             CTA_TUPLE_PROTO => {
                 for pa in a.nested() {
-                    let pa = pa?;
+                    let pa = pa.map_err(|e| e.to_string())?;
                     match pa.ty {
-                        CTA_PROTO_NUM => t.protocol = Some(pa.u8()?),
-                        CTA_PROTO_SRC_PORT => t.sport = pa.be16()?,
-                        CTA_PROTO_DST_PORT => t.dport = pa.be16()?,
+                        CTA_PROTO_NUM => t.protocol = Some(pa.u8().map_err(|e| e.to_string())?),
+                        CTA_PROTO_SRC_PORT => t.sport = pa.be16().map_err(|e| e.to_string())?,
+                        CTA_PROTO_DST_PORT => t.dport = pa.be16().map_err(|e| e.to_string())?,
                         _ => {}
                     }
                 }
@@ -159,11 +134,11 @@ pub(crate) fn parse_entry(family: u8, attrs: &[u8]) -> Result<Option<Entry>, Str
     };
     let (mut orig, mut reply, mut zone) = (None, None, 0);
     for a in Attrs::new(attrs) {
-        let a = a?;
+        let a = a.map_err(|e| e.to_string())?;
         match a.ty {
             CTA_TUPLE_ORIG => orig = Some(parse_tuple(&a)?),
             CTA_TUPLE_REPLY => reply = Some(parse_tuple(&a)?),
-            CTA_ZONE => zone = a.be16()?,
+            CTA_ZONE => zone = a.be16().map_err(|e| e.to_string())?,
             _ => {}
         }
     }

@@ -1,12 +1,15 @@
 //! Encoding and decoding checked against messages captured from `conntrack` (conntrack-tools
 //! 1.4.7) and the kernel (6.18.44) with strace; see the headers of the files in `testdata/`.
 
-use super::attr::Attrs;
-use super::consts::*;
 use super::reply::{Messages, Reply, parse_entry};
 use super::request::{delete_request, dump_request};
 use crate::entry::{Entry, Family, IPPROTO_TCP, IPPROTO_UDP};
 use std::net::IpAddr;
+use verdict_netlink::consts::*;
+use verdict_netlink::{Attrs, NLMSG_HDRLEN};
+
+/// Size of `struct nfgenmsg`.
+const NFGENMSG_LEN: usize = 4;
 
 /// Bytes of a `testdata/*.hex` file: `#` lines are comments, the rest hex byte pairs.
 fn hex(text: &str) -> Vec<u8> {
@@ -145,7 +148,7 @@ fn captured_dump_decodes_into_its_six_entries() {
     for m in Messages::new(&buf) {
         let (h, reply) = m.unwrap();
         assert_eq!(h.seq, DUMP_SEQ);
-        assert_eq!(h.ty, ct_msg_type(IPCTNL_MSG_CT_NEW));
+        assert_eq!(h.kind, nfnl_msg_type(NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_NEW));
         match reply {
             Reply::Conntrack { family, attrs } => entries.push(parse_entry(family, attrs).unwrap().unwrap()),
             other => panic!("unexpected {other:?}"),

@@ -4,67 +4,25 @@
 
 use nix::errno::Errno;
 use std::io;
+use verdict_netlink::consts::*;
+use verdict_netlink::{Messages, Writer};
 
-const NLMSG_HDRLEN: usize = 16;
-const NLA_HDRLEN: usize = 4;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_DUMP: u16 = 0x300;
-
-const RTM_DELLINK: u16 = 17;
-const RTM_GETLINK: u16 = 18;
-const IFLA_IFNAME: u16 = 3;
 /// `struct ifinfomsg`: family, pad, type, index, flags, change.
 const IFINFOMSG_LEN: usize = 16;
-
-const GENL_ID_CTRL: u16 = 0x10;
-const CTRL_CMD_GETFAMILY: u8 = 3;
-const CTRL_ATTR_FAMILY_ID: u16 = 1;
-const CTRL_ATTR_FAMILY_NAME: u16 = 2;
-/// `struct genlmsghdr`: cmd, version, reserved.
-const GENLMSGHDR_LEN: usize = 4;
+/// The generic-netlink controller's own version of its protocol.
+const CTRL_VERSION: u8 = 1;
 
 /// The IPVS generic-netlink family (`IPVS_GENL_NAME`, `IPVS_GENL_VERSION`).
 pub(crate) const IPVS_FAMILY: &str = "IPVS";
-const IPVS_GENL_VERSION: u8 = 1;
-const IPVS_CMD_GET_SERVICE: u8 = 4;
-const IPVS_CMD_FLUSH: u8 = 17;
-
-fn align4(n: usize) -> usize {
-    n.div_ceil(4) * 4
-}
-
-/// One netlink message: header, then `payload` (padded).
-fn message(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
-    let len = NLMSG_HDRLEN + payload.len();
-    let mut buf = Vec::with_capacity(align4(len));
-    buf.extend_from_slice(&(len as u32).to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(&flags.to_ne_bytes());
-    buf.extend_from_slice(&seq.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills in ours
-    buf.extend_from_slice(payload);
-    buf.resize(align4(len), 0);
-    buf
-}
-
-/// Appends a NUL-terminated string attribute (padded).
-fn put_str_attr(buf: &mut Vec<u8>, kind: u16, value: &str) {
-    let len = NLA_HDRLEN + value.len() + 1;
-    buf.extend_from_slice(&(len as u16).to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(value.as_bytes());
-    buf.push(0);
-    buf.resize(buf.len() + align4(len) - len, 0);
-}
 
 /// A link request naming the link (index 0: the kernel looks the name up).
 fn link_by_name(kind: u16, seq: u32, name: &str) -> Vec<u8> {
-    let mut payload = vec![0u8; IFINFOMSG_LEN];
-    put_str_attr(&mut payload, IFLA_IFNAME, name);
-    message(kind, NLM_F_REQUEST | NLM_F_ACK, seq, &payload)
+    let mut buf = Vec::new();
+    let mut w = Writer::new(&mut buf, kind, NLM_F_ACK, seq);
+    w.extend(&[0; IFINFOMSG_LEN]);
+    w.put_strz(IFLA_IFNAME, name);
+    w.finish();
+    buf
 }
 
 /// RTM_DELLINK for the link called `name`.
@@ -78,27 +36,31 @@ pub(crate) fn get_link_by_name(seq: u32, name: &str) -> Vec<u8> {
     link_by_name(RTM_GETLINK, seq, name)
 }
 
-fn genl_message(kind: u16, flags: u16, seq: u32, cmd: u8, version: u8, attrs: &[u8]) -> Vec<u8> {
-    let mut payload = vec![cmd, version, 0, 0];
-    payload.extend_from_slice(attrs);
-    message(kind, flags, seq, &payload)
+/// A generic-netlink message: header, `genlmsghdr` (command, version), then `attrs`.
+fn genl_message(kind: u16, flags: u16, seq: u32, cmd: u8, version: u8, attrs: impl FnOnce(&mut Writer<'_>)) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut w = Writer::new(&mut buf, kind, flags, seq);
+    w.extend(&[cmd, version, 0, 0]);
+    attrs(&mut w);
+    w.finish();
+    buf
 }
 
 /// CTRL_CMD_GETFAMILY for the generic-netlink family called `name`.
 pub(crate) fn get_family(seq: u32, name: &str) -> Vec<u8> {
-    let mut attrs = Vec::new();
-    put_str_attr(&mut attrs, CTRL_ATTR_FAMILY_NAME, name);
-    genl_message(GENL_ID_CTRL, NLM_F_REQUEST | NLM_F_ACK, seq, CTRL_CMD_GETFAMILY, 1, &attrs)
+    genl_message(GENL_ID_CTRL, NLM_F_ACK, seq, CTRL_CMD_GETFAMILY, CTRL_VERSION, |w| {
+        w.put_strz(CTRL_ATTR_FAMILY_NAME, name)
+    })
 }
 
 /// IPVS_CMD_GET_SERVICE as a dump: one reply per virtual server.
 pub(crate) fn ipvs_dump_services(seq: u32, family: u16) -> Vec<u8> {
-    genl_message(family, NLM_F_REQUEST | NLM_F_DUMP, seq, IPVS_CMD_GET_SERVICE, IPVS_GENL_VERSION, &[])
+    genl_message(family, NLM_F_DUMP, seq, IPVS_CMD_GET_SERVICE, IPVS_GENL_VERSION, |_| {})
 }
 
 /// IPVS_CMD_FLUSH: delete every virtual server (and its real servers).
 pub(crate) fn ipvs_flush(seq: u32, family: u16) -> Vec<u8> {
-    genl_message(family, NLM_F_REQUEST | NLM_F_ACK, seq, IPVS_CMD_FLUSH, IPVS_GENL_VERSION, &[])
+    genl_message(family, NLM_F_ACK, seq, IPVS_CMD_FLUSH, IPVS_GENL_VERSION, |_| {})
 }
 
 /// One received message, as far as these requests care.
@@ -116,49 +78,26 @@ pub(crate) enum Reply {
 
 /// Splits a receive buffer into (sequence number, reply) pairs; stops at a malformed message.
 pub(crate) fn parse_replies(buf: &[u8]) -> Vec<(u32, Reply)> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at + NLMSG_HDRLEN <= buf.len() {
-        let word = |o: usize| u32::from_ne_bytes([buf[at + o], buf[at + o + 1], buf[at + o + 2], buf[at + o + 3]]);
-        let len = word(0) as usize;
-        if len < NLMSG_HDRLEN || at + len > buf.len() {
-            break;
-        }
-        let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
-        let seq = word(8);
-        let payload = &buf[at + NLMSG_HDRLEN..at + len];
-        let reply = match kind {
+    let replies = Messages::new(buf).map_while(Result::ok).map(|m| {
+        let reply = match m.header.kind {
             NLMSG_DONE => Reply::Done,
-            NLMSG_ERROR => match payload.get(..4) {
-                Some(b) => match -i32::from_ne_bytes([b[0], b[1], b[2], b[3]]) {
-                    0 => Reply::Ack,
-                    errno => Reply::Error(Errno::from_raw(errno)),
-                },
+            NLMSG_ERROR => match m.error() {
+                Some(e) if e.errno() == 0 => Reply::Ack,
+                Some(e) => Reply::Error(Errno::from_raw(e.errno())),
                 None => Reply::Error(Errno::EBADMSG),
             },
-            _ => Reply::Data(payload.to_vec()),
+            _ => Reply::Data(m.payload().to_vec()),
         };
-        out.push((seq, reply));
-        at += align4(len);
-    }
-    out
+        (m.header.seq, reply)
+    });
+    replies.collect()
 }
 
 /// The family id in a CTRL_CMD_GETFAMILY reply payload (genl header, then attributes).
 pub(crate) fn family_id(payload: &[u8]) -> Option<u16> {
-    let mut at = GENLMSGHDR_LEN;
-    while at + NLA_HDRLEN <= payload.len() {
-        let len = u16::from_ne_bytes([payload[at], payload[at + 1]]) as usize;
-        let kind = u16::from_ne_bytes([payload[at + 2], payload[at + 3]]) & 0x3fff;
-        if len < NLA_HDRLEN || at + len > payload.len() {
-            return None;
-        }
-        if kind == CTRL_ATTR_FAMILY_ID && len >= NLA_HDRLEN + 2 {
-            return Some(u16::from_ne_bytes([payload[at + 4], payload[at + 5]]));
-        }
-        at += align4(len);
-    }
-    None
+    let attrs = verdict_netlink::Attrs::new(payload.get(4..)?);
+    let id = attrs.find_type(CTRL_ATTR_FAMILY_ID)?;
+    Some(u16::from_ne_bytes([*id.payload.first()?, *id.payload.get(1)?]))
 }
 
 /// Why a request failed.
@@ -287,7 +226,22 @@ mod tests {
     }
 
     fn reply(kind: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
-        message(kind, 0, seq, payload)
+        let mut buf = Vec::new();
+        let mut w = Writer::new(&mut buf, kind, 0, seq);
+        w.extend(payload);
+        w.finish();
+        buf.resize(verdict_netlink::align(buf.len()), 0);
+        buf
+    }
+
+    /// Appends a NUL-terminated string attribute (padded).
+    fn put_str_attr(buf: &mut Vec<u8>, kind: u16, value: &str) {
+        let len = 4 + value.len() + 1;
+        buf.extend_from_slice(&(len as u16).to_ne_bytes());
+        buf.extend_from_slice(&kind.to_ne_bytes());
+        buf.extend_from_slice(value.as_bytes());
+        buf.push(0);
+        buf.resize(buf.len() + verdict_netlink::align(len) - len, 0);
     }
 
     #[test]

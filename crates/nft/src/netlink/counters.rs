@@ -10,12 +10,14 @@
 //! repeats elements (measured: 4 to 12% of the ports missed at 100k under Service churn).
 
 use super::elements::{ElemRef, put_elements};
-use super::glue::Hdr;
-use super::{Netlink, NetlinkError, glue, wire};
+use super::sys::{self, Hdr};
+use super::{Netlink, NetlinkError, udata};
 use crate::render::counters::{CountedKey, CountingSet, Outcome, sets};
 use crate::ruleset::Blob;
 use std::collections::{BTreeMap, VecDeque};
 use verdict_model::IpFamily;
+use verdict_netlink::Messages;
+use verdict_netlink::consts::{NFT_MSG_GETSET, NFT_MSG_GETSETELEM};
 
 /// Elements asked for per send. Each draws one reply (an skb of about 1 KiB once the kernel
 /// trims it) that must wait in the receive buffer until the send returns: a round must fit.
@@ -24,7 +26,7 @@ const ROUND: usize = 2048;
 const PER_REQUEST: usize = 128;
 /// The receive buffer for a round (the kernel doubles it for its bookkeeping).
 const ROUND_RECV_BUFFER: usize = 16 << 20;
-const ENOENT: i32 = 2;
+const ENOENT: i32 = libc::ENOENT;
 
 /// New connections of one Service port with one outcome, summed over its addresses and
 /// families.
@@ -43,10 +45,10 @@ pub struct ServiceCount {
 struct Sums(BTreeMap<(String, Outcome), u64>);
 
 impl Sums {
-    fn add(&mut self, outcome: Outcome, elems: Vec<glue::ElemWire>) {
+    fn add(&mut self, outcome: Outcome, elems: Vec<sys::ElemWire>) {
         for e in elems {
             // Elements without a comment or a counter are not ours to report.
-            let (Some(port), Some(packets)) = (e.udata.as_deref().and_then(wire::parse_comment), e.packets) else {
+            let (Some(port), Some(packets)) = (e.udata.as_deref().and_then(udata::parse_comment), e.packets) else {
                 continue;
             };
             *self.0.entry((port, outcome)).or_default() += packets;
@@ -79,8 +81,8 @@ impl Netlink {
         // A request for a set the table lacks fails at its first element; only the table's
         // own sets are asked (and none when the table is gone).
         let mut present = Vec::new();
-        for msg in self.request(glue::NFT_MSG_GETSET, table, None)? {
-            if let Some(set) = glue::parse_set(&mut self.scratch, &msg) {
+        for msg in self.request(NFT_MSG_GETSET, table, None)? {
+            if let Some(set) = sys::parse_set(&mut self.scratch, &msg) {
                 present.push(set.name);
             }
         }
@@ -117,7 +119,7 @@ impl Netlink {
                 todo.pop_front();
                 let (_, name, keys) = &sets[run.set];
                 let seq = self.next_seq(1);
-                let h = Hdr { msg_type: glue::NFT_MSG_GETSETELEM, flags: 0, seq };
+                let h = Hdr { msg_type: NFT_MSG_GETSETELEM, flags: 0, seq };
                 let elems: Vec<ElemRef<'_>> = keys[run.start..run.end]
                     .iter()
                     .map(|k| ElemRef { key: k.as_slice(), verdict: None, data: None, comment: None })
@@ -133,9 +135,10 @@ impl Netlink {
                 if n > self.recv_buf.len() {
                     return Err(NetlinkError::Protocol(format!("a reply of {n} bytes was cut short")));
                 }
-                for msg in wire::messages(&self.recv_buf[..n]) {
-                    let error = msg.error();
-                    let seq = if error.is_some() { msg.error_seq().unwrap_or(msg.seq) } else { msg.seq };
+                for msg in Messages::new(&self.recv_buf[..n]).map_while(Result::ok) {
+                    let reply = msg.error();
+                    let seq = reply.map_or(msg.header.seq, |e| e.request_seq().unwrap_or(msg.header.seq));
+                    let error = reply.map(|e| e.errno());
                     let Some((run, answered, done)) =
                         seq.checked_sub(first).and_then(|i| round.get_mut(i as usize)).filter(|r| !r.2)
                     else {
@@ -144,7 +147,7 @@ impl Netlink {
                     match error {
                         None => {
                             let mut elems = Vec::with_capacity(1);
-                            if !glue::parse_elems(&mut self.scratch, msg.bytes, &mut elems) {
+                            if !sys::parse_elems(&mut self.scratch, msg.bytes, &mut elems) {
                                 return Err(NetlinkError::Protocol("unparsable counting-set element".into()));
                             }
                             sums.add(sets[run.set].0.outcome, elems);
@@ -181,8 +184,8 @@ impl Netlink {
                 let mut elems = Vec::new();
                 // A missing set (counters off, or a single-stack kernel) answers ENOENT: no
                 // replies.
-                for msg in self.request(glue::NFT_MSG_GETSETELEM, table, Some(&set))? {
-                    if !glue::parse_elems(&mut self.scratch, &msg, &mut elems) {
+                for msg in self.request(NFT_MSG_GETSETELEM, table, Some(&set))? {
+                    if !sys::parse_elems(&mut self.scratch, &msg, &mut elems) {
                         return Err(NetlinkError::Protocol(format!("unparsable elements of set {set}")));
                     }
                 }

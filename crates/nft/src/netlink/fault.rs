@@ -16,11 +16,15 @@
 //! A fault applies to batches as they are sent: the ERESTART retries of one transaction count
 //! one each.
 
-use super::glue::{self, ChainWire, Hdr};
-use super::{Netlink, NetlinkError, Replies, wire};
+use super::sys::{self, ChainWire, Hdr};
+use super::{Netlink, NetlinkError, Replies, framing};
 use nix::errno::Errno;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use verdict_netlink::consts::{
+    NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWTABLE, NLM_F_ACK, NLM_F_CREATE, NLM_F_NONREC,
+};
+use verdict_netlink::{Messages, NLMSG_HDRLEN, align};
 
 /// One kind of kernel failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,9 +113,7 @@ impl Faults {
 }
 
 /// The batch end's length: a header and an nfgenmsg.
-const END_LEN: usize = wire::NLMSG_HDRLEN + 4;
-/// NLM_F_NONREC: delete only if empty.
-const NLM_F_NONREC: u16 = 0x100;
+const END_LEN: usize = NLMSG_HDRLEN + 4;
 /// Sequence numbers of the scratch messages: far from the batch's own (which start at 1), so
 /// an error names them as foreign to the transaction.
 const SCRATCH_SEQ: u32 = 0xfa17_0000;
@@ -124,38 +126,20 @@ pub(super) fn transact(nl: &mut Netlink, batch: &[u8], fault: Fault) -> Result<R
     match fault {
         Fault::Restart => {
             let mut copy = batch.to_vec();
-            let genid =
-                u32::from_be_bytes(copy[wire::NLMSG_HDRLEN + 8..wire::NLMSG_HDRLEN + 12].try_into().expect("4"));
+            let at = framing::GENID_AT;
+            let genid = u32::from_be_bytes(copy[at..at + 4].try_into().expect("4"));
             // Any other value than the current generation; 0 would mean "do not check".
-            wire::set_begin_genid(&mut copy, genid.wrapping_add(0x8000_0000).max(1));
+            framing::set_begin_genid(&mut copy, genid.wrapping_add(0x8000_0000).max(1));
             nl.sock.send(&copy).map_err(NetlinkError::Io)?;
             nl.drain()
         }
         Fault::Busy => {
             let mut copy = batch[..batch.len() - END_LEN].to_vec();
             let h = |msg_type, flags, k| Hdr { msg_type, flags, seq: SCRATCH_SEQ + k };
-            glue::put_table(
-                &mut nl.scratch,
-                &mut copy,
-                h(glue::NFT_MSG_NEWTABLE, glue::NLM_F_CREATE, 0),
-                SCRATCH_TABLE,
-                None,
-            );
+            sys::put_table(&mut nl.scratch, &mut copy, h(NFT_MSG_NEWTABLE, NLM_F_CREATE, 0), SCRATCH_TABLE, None);
             let chain = ChainWire { name: "c".into(), hook: None };
-            glue::put_chain(
-                &mut nl.scratch,
-                &mut copy,
-                h(glue::NFT_MSG_NEWCHAIN, glue::NLM_F_CREATE, 1),
-                SCRATCH_TABLE,
-                &chain,
-            );
-            glue::put_table(
-                &mut nl.scratch,
-                &mut copy,
-                h(glue::NFT_MSG_DELTABLE, NLM_F_NONREC, 2),
-                SCRATCH_TABLE,
-                None,
-            );
+            sys::put_chain(&mut nl.scratch, &mut copy, h(NFT_MSG_NEWCHAIN, NLM_F_CREATE, 1), SCRATCH_TABLE, &chain);
+            sys::put_table(&mut nl.scratch, &mut copy, h(NFT_MSG_DELTABLE, NLM_F_NONREC, 2), SCRATCH_TABLE, None);
             copy.extend_from_slice(&batch[batch.len() - END_LEN..]);
             nl.sock.send(&copy).map_err(NetlinkError::Io)?;
             nl.drain()
@@ -163,11 +147,10 @@ pub(super) fn transact(nl: &mut Netlink, batch: &[u8], fault: Fault) -> Result<R
         Fault::NoBuffers => {
             let mut copy = batch.to_vec();
             let mut at = 0;
-            while at + wire::NLMSG_HDRLEN <= copy.len() {
-                let len = u32::from_ne_bytes(copy[at..at + 4].try_into().expect("4")) as usize;
-                let flags = u16::from_ne_bytes([copy[at + 6], copy[at + 7]]) | wire::NLM_F_ACK;
+            while let Some(Ok(msg)) = Messages::new(&copy[at..]).next() {
+                let (len, flags) = (msg.header.len as usize, msg.header.flags | NLM_F_ACK);
                 copy[at + 6..at + 8].copy_from_slice(&flags.to_ne_bytes());
-                at += wire::align4(len.max(wire::NLMSG_HDRLEN));
+                at += align(len);
             }
             // The kernel rounds 0 up to its minimum; the overflow happens inside the send, so
             // the normal size is back before anything is read.

@@ -7,34 +7,15 @@
 //! chains that matter. Nothing here writes.
 
 use super::foreign::TableFamily;
-use super::wire::{self, NLM_F_REQUEST, NLMSG_HDRLEN};
 use super::{Netlink, NetlinkError};
 use std::fmt;
+use verdict_netlink::consts::*;
+use verdict_netlink::{Attrs, NLMSG_HDRLEN, Writer};
 
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-pub(super) const NFT_MSG_GETCHAIN: u16 = 4;
-const NFT_MSG_GETRULE: u16 = 7;
-const NLM_F_DUMP: u16 = 0x300;
 /// NFPROTO_UNSPEC: a dump of every family.
-pub(super) const FAMILY_ANY: u8 = 0;
-
-pub(super) const NFTA_CHAIN_TABLE: u16 = 1;
-pub(super) const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_HOOK: u16 = 4;
-const NFTA_CHAIN_POLICY: u16 = 5;
-const NFTA_HOOK_HOOKNUM: u16 = 1;
-const NFTA_HOOK_PRIORITY: u16 = 2;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_IMMEDIATE_DATA: u16 = 2;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
+pub(super) const FAMILY_ANY: u8 = NFPROTO_UNSPEC;
 /// NF_DROP, as a chain policy and as a verdict code.
-const NF_DROP: u32 = 0;
+const NF_DROP: u32 = libc::NF_DROP as u32;
 
 /// The netfilter hooks Service traffic passes (ip, ip6 and inet families): forward to pods,
 /// input to host-network endpoints, output from the node, and the routing hooks around them.
@@ -125,30 +106,16 @@ impl Netlink {
         chain: Option<(&str, &str)>,
     ) -> Result<Vec<Vec<u8>>, NetlinkError> {
         let seq = self.next_seq(1);
-        let mut attrs = Vec::new();
+        let mut buf = Vec::new();
+        let kind = nfnl_msg_type(NFNL_SUBSYS_NFTABLES, msg_type);
+        let mut w = Writer::nfnetlink(&mut buf, kind, NLM_F_DUMP, seq, family, 0);
         if let Some((table, chain)) = chain {
-            put_str(&mut attrs, NFTA_RULE_TABLE, table);
-            put_str(&mut attrs, NFTA_RULE_CHAIN, chain);
+            w.put_strz(NFTA_RULE_TABLE, table);
+            w.put_strz(NFTA_RULE_CHAIN, chain);
         }
-        let len = NLMSG_HDRLEN + 4 + attrs.len();
-        let mut buf = Vec::with_capacity(len);
-        buf.extend_from_slice(&(len as u32).to_ne_bytes());
-        buf.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | msg_type).to_ne_bytes());
-        buf.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-        buf.extend_from_slice(&seq.to_ne_bytes());
-        buf.extend_from_slice(&0u32.to_ne_bytes());
-        buf.extend_from_slice(&[family, 0, 0, 0]);
-        buf.extend_from_slice(&attrs);
+        w.finish();
         self.exchange(seq, &buf)
     }
-}
-
-fn put_str(out: &mut Vec<u8>, kind: u16, s: &str) {
-    let len = 4 + s.len() + 1;
-    out.extend_from_slice(&(len as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(s.as_bytes());
-    out.resize(out.len() + wire::align4(len) - len + 1, 0);
 }
 
 struct BaseChain {
@@ -229,20 +196,8 @@ fn immediate_verdict(data: &[u8]) -> Option<u32> {
 
 /// Netlink attributes (type without the nested/byte-order flags, value), stopping at the
 /// first malformed one.
-pub(super) fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if b.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
-        let kind = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        let value = &b[4..len];
-        b = &b[wire::align4(len).min(b.len())..];
-        Some((kind, value))
-    })
+pub(super) fn attrs(b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    Attrs::new(b).map_while(Result::ok).map(|a| (a.ty, a.payload))
 }
 
 pub(super) fn text(v: &[u8]) -> Option<String> {
@@ -263,7 +218,7 @@ mod tests {
         out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
         out.extend_from_slice(&kind.to_ne_bytes());
         out.extend_from_slice(value);
-        out.resize(wire::align4(out.len()), 0);
+        out.resize(verdict_netlink::align(out.len()), 0);
         out
     }
 

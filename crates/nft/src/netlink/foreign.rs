@@ -1,9 +1,11 @@
 //! Tables verdict does not own: upstream kube-proxy's `ip`/`ip6 kube-proxy` tables, removed
 //! when switching from it. One message, built in plain Rust.
 
-use super::wire::{self, NLM_F_ACK, NLM_F_REQUEST, NLMSG_HDRLEN};
+use super::framing;
 use super::{Netlink, NetlinkError};
 use nix::errno::Errno;
+use verdict_netlink::Writer;
+use verdict_netlink::consts::*;
 
 /// Address families of nftables tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -19,9 +21,9 @@ pub enum TableFamily {
 impl TableFamily {
     pub(crate) fn number(self) -> u8 {
         match self {
-            TableFamily::Inet => 1,
-            TableFamily::Ip => 2,
-            TableFamily::Ip6 => 10,
+            TableFamily::Inet => NFPROTO_INET,
+            TableFamily::Ip => NFPROTO_IPV4,
+            TableFamily::Ip6 => NFPROTO_IPV6,
         }
     }
 
@@ -41,24 +43,12 @@ impl TableFamily {
     }
 }
 
-const NFT_MSG_DELTABLE: u16 = 2;
-const NFTA_TABLE_NAME: u16 = 1;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-
 /// Appends a DELTABLE message for `family name`.
 fn put_deltable(buf: &mut Vec<u8>, seq: u32, family: TableFamily, name: &str) {
-    let attr_len = 4 + name.len() + 1;
-    let len = NLMSG_HDRLEN + 4 + wire::align4(attr_len);
-    buf.extend_from_slice(&(len as u32).to_ne_bytes());
-    buf.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELTABLE).to_ne_bytes());
-    buf.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
-    buf.extend_from_slice(&seq.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    buf.extend_from_slice(&[family.number(), 0, 0, 0]);
-    buf.extend_from_slice(&(attr_len as u16).to_ne_bytes());
-    buf.extend_from_slice(&NFTA_TABLE_NAME.to_ne_bytes());
-    buf.extend_from_slice(name.as_bytes());
-    buf.resize(buf.len() + wire::align4(attr_len) - attr_len + 1, 0);
+    let kind = nfnl_msg_type(NFNL_SUBSYS_NFTABLES, NFT_MSG_DELTABLE);
+    let mut w = Writer::nfnetlink(buf, kind, NLM_F_ACK, seq, family.number(), 0);
+    w.put_strz(NFTA_TABLE_NAME, name);
+    w.finish();
 }
 
 impl Netlink {
@@ -67,9 +57,9 @@ impl Netlink {
     pub fn delete_foreign_table(&mut self, family: TableFamily, name: &str) -> Result<bool, NetlinkError> {
         let seq = self.next_seq(3);
         let mut buf = Vec::new();
-        wire::put_begin(&mut buf, seq, None);
+        framing::put_begin(&mut buf, seq, None);
         put_deltable(&mut buf, seq + 1, family, name);
-        wire::put_end(&mut buf, seq + 2);
+        framing::put_end(&mut buf, seq + 2);
         self.send_batch(&buf).map(|errors| {
             if let Some(errno) = errors.iter().map(|e| e.1).find(|e| *e != Errno::ENOENT as i32) {
                 return Err(NetlinkError::Rejected {

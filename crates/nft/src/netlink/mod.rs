@@ -10,28 +10,28 @@
 
 pub mod counters;
 mod elements;
+mod encode;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod firewalls;
 mod foreign;
-mod glue;
+mod framing;
 pub mod monitor;
+mod sys;
 pub mod tables;
 pub mod trace;
-pub(crate) mod wire;
+pub(crate) mod udata;
 
 pub use foreign::TableFamily;
 
-use crate::low::LowRule;
-use crate::lower::lower;
-use crate::ruleset::{Blob, DataSpec, Elem, ElemData, SetDecl, Verdict, concat_len, concat_type_id};
-use crate::transaction::{Op, Transaction};
-use elements::ElemRef;
-use glue::{ChainWire, ElemWire, Hdr, RuleWire, Scratch, SetWire, Socket};
-pub(crate) use glue::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, NFT_MSG_GETTABLE};
+use crate::transaction::Transaction;
+use encode::encode;
 use nix::errno::Errno;
 use std::io;
 use std::time::Instant;
+use sys::{ChainWire, ElemWire, Hdr, RuleWire, Scratch, SetWire, Socket};
+use verdict_netlink::Messages;
+use verdict_netlink::consts::*;
 
 /// What went wrong talking to the kernel.
 #[derive(Debug, thiserror::Error)]
@@ -112,20 +112,9 @@ impl EncodedBatch {
     }
 }
 
-/// Set flags (NFT_SET_*).
-const SET_ANONYMOUS: u32 = 0x1;
-const SET_CONSTANT: u32 = 0x2;
-const SET_MAP: u32 = 0x8;
-const SET_TIMEOUT: u32 = 0x10;
-const SET_EVAL: u32 = 0x20;
-/// NFT_DATA_VERDICT as a set data type.
-const DATA_VERDICT: u32 = 0xffff_ff00;
 /// Sequence number of the first body message; begin is one less.
 const FIRST_SEQ: u32 = 2;
-/// Element bytes per NEWSETELEM message: the element list is one attribute, whose length is a
-/// u16.
-const ELEMENT_BUDGET: usize = 60 * 1024;
-const ERESTART: i32 = 85;
+const ERESTART: i32 = libc::ERESTART;
 const MAX_ATTEMPTS: u32 = 8;
 
 /// A netfilter netlink socket in the network namespace of the thread that opened it.
@@ -227,7 +216,7 @@ impl Netlink {
                 Some(g) => g,
                 None => self.genid()?,
             };
-            wire::set_begin_genid(&mut batch.body, genid);
+            framing::set_begin_genid(&mut batch.body, genid);
             let buf = &batch.body;
             self.sock.size_buffers(buf.len() + 64 * 1024, 4 << 20).map_err(NetlinkError::Io)?;
             let (kernel_us, Replies { errors, acks }) = self.transact(buf)?;
@@ -333,12 +322,12 @@ impl Netlink {
                 }
                 Err(e) => return Err(NetlinkError::Io(e)),
             };
-            for msg in wire::messages(&self.recv_buf[..n]) {
+            for msg in Messages::new(&self.recv_buf[..n]).map_while(Result::ok) {
                 match msg.error() {
-                    Some(0) => acks.push(msg.seq), // the end's acknowledgement
-                    Some(errno) => {
-                        let seq = msg.error_seq().unwrap_or(msg.seq);
-                        errors.push((seq, errno, msg.ext_ack_text()));
+                    Some(e) if e.errno() == 0 => acks.push(msg.header.seq), // the end's acknowledgement
+                    Some(e) => {
+                        let seq = e.request_seq().unwrap_or(msg.header.seq);
+                        errors.push((seq, e.errno(), e.message().map(str::to_string)));
                     }
                     None => {}
                 }
@@ -348,10 +337,9 @@ impl Netlink {
 
     /// The current ruleset generation (it changes with every commit in the namespace).
     pub fn genid(&mut self) -> Result<u32, NetlinkError> {
-        let replies = self.request(glue::NFT_MSG_GETGEN, "", None)?;
+        let replies = self.request(NFT_MSG_GETGEN, "", None)?;
         let msg = replies.first().ok_or_else(|| NetlinkError::Protocol("no reply to GETGEN".into()))?;
-        glue::parse_genid(&mut self.scratch, msg)
-            .ok_or_else(|| NetlinkError::Protocol("unparsable GETGEN reply".into()))
+        sys::parse_genid(&mut self.scratch, msg).ok_or_else(|| NetlinkError::Protocol("unparsable GETGEN reply".into()))
     }
 
     /// Sends one request and collects its replies (until NLMSG_DONE for dumps). An error reply
@@ -360,7 +348,7 @@ impl Netlink {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let mut buf = Vec::new();
-        glue::put_dump_request(&mut self.scratch, &mut buf, msg_type, seq, table, set);
+        sys::put_dump_request(&mut self.scratch, &mut buf, msg_type, seq, table, set);
         self.exchange(seq, &buf)
     }
 
@@ -377,24 +365,24 @@ impl Netlink {
                     self.recv_buf.len()
                 )));
             }
-            for msg in wire::messages(&self.recv_buf[..n]) {
-                if msg.seq != seq {
+            for msg in Messages::new(&self.recv_buf[..n]).map_while(Result::ok) {
+                if msg.header.seq != seq {
                     continue; // a stale reply to an earlier request
                 }
-                if msg.kind == wire::NLMSG_DONE {
+                if msg.header.kind == NLMSG_DONE {
                     return Ok(out);
                 }
-                if msg.flags & 0x10 != 0 {
+                if msg.header.flags & NLM_F_DUMP_INTR != 0 {
                     return Err(NetlinkError::Protocol("dump interrupted by a concurrent change".into()));
                 }
-                match msg.error() {
+                match msg.error().map(|e| e.errno()) {
                     Some(0) => return Ok(out),
-                    Some(2) => return Ok(Vec::new()), // ENOENT
+                    Some(libc::ENOENT) => return Ok(Vec::new()),
                     Some(errno) => return Err(NetlinkError::Io(io::Error::from_raw_os_error(errno))),
                     None => {}
                 }
                 out.push(msg.bytes.to_vec());
-                if msg.flags & wire::NLM_F_MULTI == 0 {
+                if msg.header.flags & NLM_F_MULTI == 0 {
                     return Ok(out);
                 }
             }
@@ -409,10 +397,10 @@ impl Netlink {
         let mut buf = Vec::new();
         let wanted = ElemWire { key: key.to_vec(), ..ElemWire::default() };
         let h = Hdr { msg_type: NFT_MSG_GETSETELEM, flags: 0, seq };
-        glue::put_elems(&mut self.scratch, &mut buf, h, table, set, None, std::slice::from_ref(&wanted));
+        sys::put_elems(&mut self.scratch, &mut buf, h, table, set, None, std::slice::from_ref(&wanted));
         let Some(reply) = self.exchange(seq, &buf)?.into_iter().next() else { return Ok(None) };
         let mut found = Vec::new();
-        if !glue::parse_elems(&mut self.scratch, &reply, &mut found) {
+        if !sys::parse_elems(&mut self.scratch, &reply, &mut found) {
             return Err(NetlinkError::Protocol(format!("unparsable element of set {set}")));
         }
         Ok(found.into_iter().next())
@@ -428,17 +416,17 @@ impl Netlink {
     ) -> Result<Option<TableDump>, NetlinkError> {
         let tables = self.request(NFT_MSG_GETTABLE, table, None)?;
         let Some(first) = tables.first() else { return Ok(None) };
-        let (_, udata) = glue::parse_table(&mut self.scratch, first)
+        let (_, udata) = sys::parse_table(&mut self.scratch, first)
             .ok_or_else(|| NetlinkError::Protocol("unparsable table".into()))?;
-        let mut dump = TableDump { comment: udata.as_deref().and_then(wire::parse_comment), ..TableDump::default() };
+        let mut dump = TableDump { comment: udata.as_deref().and_then(udata::parse_comment), ..TableDump::default() };
         for msg in self.request(NFT_MSG_GETCHAIN, table, None)? {
             dump.chains.push(
-                glue::parse_chain(&mut self.scratch, &msg)
+                sys::parse_chain(&mut self.scratch, &msg)
                     .ok_or_else(|| NetlinkError::Protocol("unparsable chain".into()))?,
             );
         }
         for msg in self.request(NFT_MSG_GETSET, table, None)? {
-            let set = glue::parse_set(&mut self.scratch, &msg)
+            let set = sys::parse_set(&mut self.scratch, &msg)
                 .ok_or_else(|| NetlinkError::Protocol("unparsable set".into()))?;
             let mut elems = Vec::new();
             if !read_elements(&set.name) {
@@ -446,14 +434,14 @@ impl Netlink {
                 continue;
             }
             for emsg in self.request(NFT_MSG_GETSETELEM, table, Some(&set.name))? {
-                if !glue::parse_elems(&mut self.scratch, &emsg, &mut elems) {
+                if !sys::parse_elems(&mut self.scratch, &emsg, &mut elems) {
                     return Err(NetlinkError::Protocol(format!("unparsable elements of set {}", set.name)));
                 }
             }
             dump.sets.push((set, elems));
         }
         for msg in self.request(NFT_MSG_GETRULE, table, None)? {
-            match glue::parse_rule(&mut self.scratch, &msg) {
+            match sys::parse_rule(&mut self.scratch, &msg) {
                 Some(rule) => dump.rules.push(Ok(rule)),
                 None => dump.rules.push(Err(format!("{} bytes", msg.len()))),
             }
@@ -463,7 +451,7 @@ impl Netlink {
 }
 
 fn libc_enobufs() -> i32 {
-    Errno::ENOBUFS as i32
+    libc::ENOBUFS
 }
 
 /// A table as dumped, before it is read back into a ruleset.
@@ -476,248 +464,10 @@ pub(crate) struct TableDump {
     pub rules: Vec<Result<RuleWire, String>>,
 }
 
-// ---------------------------------------------------------------- encoding
-
-fn set_wire(decl: &SetDecl, id: u32) -> SetWire {
-    let key_types = decl.key_types();
-    let mut flags = 0;
-    let (mut data_type, mut data_len) = (None, 0);
-    match &decl.data {
-        None => {}
-        Some(DataSpec::Verdict) => {
-            flags |= SET_MAP;
-            data_type = Some(DATA_VERDICT);
-        }
-        Some(d @ DataSpec::Typeof(_)) => {
-            flags |= SET_MAP;
-            let types = d.datatypes();
-            data_type = Some(concat_type_id(&types));
-            data_len = concat_len(&types) as u32;
-        }
-    }
-    if decl.timeout.is_some() {
-        flags |= SET_TIMEOUT | SET_EVAL;
-    }
-    SetWire {
-        name: decl.name.clone(),
-        flags,
-        key_type: concat_type_id(&key_types),
-        key_len: concat_len(&key_types) as u32,
-        data_type,
-        data_len,
-        id: Some(id),
-        size: decl.size,
-        timeout_ms: decl.timeout.map(|t| u64::from(t) * 1000),
-        udata: wire::set_udata(decl),
-        counter: decl.counter,
-    }
-}
-
-fn verdict_code(v: &Verdict) -> (i32, Option<&str>) {
-    use crate::low::k;
-    match v {
-        Verdict::Accept => (k::NF_ACCEPT, None),
-        Verdict::Drop => (k::NF_DROP, None),
-        Verdict::Return => (k::NFT_RETURN, None),
-        Verdict::Jump(c) => (k::NFT_JUMP, Some(c)),
-        Verdict::Goto(c) => (k::NFT_GOTO, Some(c)),
-    }
-}
-
-fn elem_ref<'a>(key: &'a Blob, elem: Option<&'a Elem>) -> ElemRef<'a> {
-    let mut r = ElemRef { key: key.as_slice(), verdict: None, data: None, comment: None };
-    if let Some(e) = elem {
-        match &e.data {
-            None => {}
-            Some(ElemData::Verdict(v)) => r.verdict = Some(verdict_code(v)),
-            Some(ElemData::Value(b)) => r.data = Some(b.as_slice()),
-        }
-        r.comment = e.comment.as_deref();
-    }
-    r
-}
-
-struct Encoder<'a> {
-    scratch: &'a mut Scratch,
-    table: String,
-    out: EncodedBatch,
-    next_set_id: u32,
-    op: usize,
-}
-
-impl Encoder<'_> {
-    /// The header of the next message (which belongs to the current operation).
-    fn hdr(&mut self, msg_type: u16, flags: u16) -> Hdr {
-        self.out.op_of_message.push(self.op);
-        Hdr { msg_type, flags, seq: FIRST_SEQ + self.out.op_of_message.len() as u32 - 1 }
-    }
-
-    fn elements(
-        &mut self,
-        msg_type: u16,
-        set: &str,
-        set_id: Option<u32>,
-        elems: impl Iterator<Item = (Blob, Option<Elem>)>,
-    ) {
-        let flags = if msg_type == glue::NFT_MSG_NEWSETELEM { glue::NLM_F_CREATE } else { 0 };
-        let mut chunk: Vec<(Blob, Option<Elem>)> = Vec::new();
-        let mut size = 0;
-        for (key, elem) in elems {
-            let n = elem_ref(&key, elem.as_ref()).size();
-            if size + n > ELEMENT_BUDGET && !chunk.is_empty() {
-                self.put_elements(msg_type, flags, set, set_id, &chunk);
-                chunk.clear();
-                size = 0;
-            }
-            size += n;
-            chunk.push((key, elem));
-        }
-        if !chunk.is_empty() {
-            self.put_elements(msg_type, flags, set, set_id, &chunk);
-        }
-    }
-
-    /// One message of elements.
-    fn put_elements(
-        &mut self,
-        msg_type: u16,
-        flags: u16,
-        set: &str,
-        set_id: Option<u32>,
-        elems: &[(Blob, Option<Elem>)],
-    ) {
-        let refs: Vec<ElemRef<'_>> = elems.iter().map(|(k, e)| elem_ref(k, e.as_ref())).collect();
-        let h = self.hdr(msg_type, flags);
-        elements::put_elements(&mut self.out.body, h, &self.table, set, set_id, &refs);
-    }
-
-    fn rule(&mut self, chain: &str, low: &LowRule) {
-        let mut anon_ids = Vec::new();
-        for anon in &low.anon_sets {
-            let id = self.next_set_id;
-            self.next_set_id += 1;
-            anon_ids.push(id);
-            let mut flags = SET_ANONYMOUS | SET_CONSTANT;
-            if anon.verdict_map {
-                flags |= SET_MAP;
-            }
-            let w = SetWire {
-                name: "__set%d".into(),
-                flags,
-                key_type: anon.key_type.id(),
-                key_len: anon.key_type.bytes() as u32,
-                data_type: anon.verdict_map.then_some(DATA_VERDICT),
-                data_len: 0,
-                id: Some(id),
-                size: Some(anon.elements.len() as u32),
-                timeout_ms: None,
-                udata: wire::anon_set_udata(anon.key_selector, anon.verdict_map),
-                counter: false,
-            };
-            let h = self.hdr(glue::NFT_MSG_NEWSET, glue::NLM_F_CREATE);
-            glue::put_set(self.scratch, &mut self.out.body, h, &self.table, &w);
-            let elems = anon
-                .elements
-                .iter()
-                .map(|(key, verdict)| (Blob::new(key), verdict.clone().map(|v| Elem::verdict(v, None))));
-            self.elements(glue::NFT_MSG_NEWSETELEM, "__set%d", Some(id), elems);
-        }
-        let w = RuleWire {
-            chain: chain.to_string(),
-            exprs: low.exprs.clone(),
-            udata: low.comment.as_deref().map(wire::comment_udata),
-            handle: 0,
-        };
-        let h = self.hdr(glue::NFT_MSG_NEWRULE, glue::NLM_F_CREATE | glue::NLM_F_APPEND);
-        glue::put_rule(self.scratch, &mut self.out.body, h, &self.table, &w, &anon_ids);
-    }
-}
-
-fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
-    // Elements dominate large batches; size the buffer once instead of growing it by copies.
-    let estimate: usize = tx
-        .ops
-        .iter()
-        .map(|op| match op {
-            Op::AddElements { elements, .. } => elements.len() * 96,
-            Op::DeleteElements { keys, .. } => keys.len() * 48,
-            _ => 512,
-        })
-        .sum();
-    let mut e = Encoder {
-        scratch,
-        table: tx.table.clone(),
-        out: EncodedBatch { body: Vec::with_capacity(estimate), op_of_message: Vec::new(), descriptions: Vec::new() },
-        next_set_id: 1,
-        op: 0,
-    };
-    // The batch begins with BEGIN (its generation id is filled in when sending) and ends
-    // with END, so the body is sent as it is, without copying it.
-    wire::put_begin(&mut e.out.body, FIRST_SEQ - 1, Some(0));
-    for (i, op) in tx.ops.iter().enumerate() {
-        e.op = i;
-        e.out.descriptions.push(op.describe());
-        let table = e.table.clone();
-        match op {
-            Op::AddTable(t) => {
-                let udata = t.comment.as_deref().map(wire::comment_udata);
-                let h = e.hdr(glue::NFT_MSG_NEWTABLE, glue::NLM_F_CREATE);
-                glue::put_table(e.scratch, &mut e.out.body, h, &table, udata.as_deref());
-            }
-            Op::DeleteTable => {
-                let h = e.hdr(glue::NFT_MSG_DELTABLE, 0);
-                glue::put_table(e.scratch, &mut e.out.body, h, &table, None);
-            }
-            Op::AddChain { name, base } => {
-                let w = ChainWire {
-                    name: name.clone(),
-                    hook: base.map(|b| (b.hook.number(), b.priority, b.kind.name().to_string())),
-                };
-                let h = e.hdr(glue::NFT_MSG_NEWCHAIN, glue::NLM_F_CREATE);
-                glue::put_chain(e.scratch, &mut e.out.body, h, &table, &w);
-            }
-            Op::FlushChain(name) => {
-                let h = e.hdr(glue::NFT_MSG_DELRULE, 0);
-                let w = RuleWire { chain: name.clone(), ..RuleWire::default() };
-                glue::put_rule(e.scratch, &mut e.out.body, h, &table, &w, &[]);
-            }
-            Op::DeleteChain(name) => {
-                let h = e.hdr(glue::NFT_MSG_DELCHAIN, 0);
-                let w = ChainWire { name: name.clone(), hook: None };
-                glue::put_chain(e.scratch, &mut e.out.body, h, &table, &w);
-            }
-            Op::AddRule { chain, rule } => {
-                let low = lower(rule);
-                e.rule(chain, &low);
-            }
-            Op::AddSet(decl) => {
-                let id = e.next_set_id;
-                e.next_set_id += 1;
-                let w = set_wire(decl, id);
-                let h = e.hdr(glue::NFT_MSG_NEWSET, glue::NLM_F_CREATE);
-                glue::put_set(e.scratch, &mut e.out.body, h, &table, &w);
-            }
-            Op::DeleteSet(name) => {
-                let h = e.hdr(glue::NFT_MSG_DELSET, 0);
-                let w = SetWire { name: name.clone(), ..SetWire::default() };
-                glue::put_set(e.scratch, &mut e.out.body, h, &table, &w);
-            }
-            Op::AddElements { set, elements, .. } => {
-                e.elements(glue::NFT_MSG_NEWSETELEM, set, None, elements.iter().map(|(k, v)| (k, Some(v))));
-            }
-            Op::DeleteElements { set, keys, .. } => {
-                e.elements(glue::NFT_MSG_DELSETELEM, set, None, keys.iter().map(|k| (*k, None)));
-            }
-        }
-    }
-    let end_seq = FIRST_SEQ + e.out.op_of_message.len() as u32;
-    wire::put_end(&mut e.out.body, end_seq);
-    e.out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::glue::{self, ElemWire, Scratch};
+    use super::sys::{self, ElemWire, Scratch};
+    use verdict_netlink::consts::*;
 
     #[test]
     fn kernels_from_6_10_acknowledge_the_batch_end() {
@@ -735,7 +485,7 @@ mod tests {
                 key: vec![172, 30, 0, 41, 6, 0, 0, 0, 0, 80, 0, 0],
                 verdict: Some((-4, Some("endpoints-2".into()))),
                 data: None,
-                udata: Some(super::wire::comment_udata("ns1/web:http")),
+                udata: Some(super::udata::comment_udata("ns1/web:http")),
                 packets: None,
             },
             ElemWire {
@@ -754,24 +504,24 @@ mod tests {
     fn element_messages_match_libnftnl_byte_for_byte() {
         let elems = sample();
         for (msg_type, flags, set_id) in [
-            (glue::NFT_MSG_NEWSETELEM, glue::NLM_F_CREATE, None),
-            (glue::NFT_MSG_DELSETELEM, 0, None),
-            (glue::NFT_MSG_NEWSETELEM, glue::NLM_F_CREATE, Some(7)),
+            (NFT_MSG_NEWSETELEM, NLM_F_CREATE, None),
+            (NFT_MSG_DELSETELEM, 0, None),
+            (NFT_MSG_NEWSETELEM, NLM_F_CREATE, Some(7)),
         ] {
-            let refs: Vec<super::ElemRef<'_>> = elems
+            let refs: Vec<super::elements::ElemRef<'_>> = elems
                 .iter()
-                .map(|e| super::ElemRef {
+                .map(|e| super::elements::ElemRef {
                     key: &e.key,
                     verdict: e.verdict.as_ref().map(|(c, ch)| (*c, ch.as_deref())),
                     data: e.data.as_deref(),
-                    comment: e.udata.as_deref().and_then(super::wire::parse_comment).map(|c| &*c.leak()),
+                    comment: e.udata.as_deref().and_then(super::udata::parse_comment).map(|c| &*c.leak()),
                 })
                 .collect();
             let mut ours = Vec::new();
-            let h = glue::Hdr { msg_type, flags, seq: 42 };
+            let h = sys::Hdr { msg_type, flags, seq: 42 };
             super::elements::put_elements(&mut ours, h, "kube-proxy", "service-ips", set_id, &refs);
             let mut theirs = Vec::new();
-            glue::put_elems(&mut Scratch::new(), &mut theirs, h, "kube-proxy", "service-ips", set_id, &elems);
+            sys::put_elems(&mut Scratch::new(), &mut theirs, h, "kube-proxy", "service-ips", set_id, &elems);
             assert_eq!(ours, theirs, "message type {msg_type}");
         }
     }

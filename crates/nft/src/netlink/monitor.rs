@@ -8,19 +8,18 @@
 //! anybody else committed in that window.
 
 use super::NetlinkError;
-use super::glue::{self, Socket};
-use super::wire::NLMSG_HDRLEN;
+use super::sys::{self, Socket};
 use std::os::fd::{AsFd, OwnedFd};
+use verdict_netlink::consts::*;
+use verdict_netlink::{Malformed, Message, Messages};
 
-/// NFNLGRP_NFTABLES: the multicast group of nf_tables notifications.
-const GROUP_NFTABLES: u32 = 7;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFT_MSG_NEWGEN: u16 = 15;
+/// The multicast group of nf_tables notifications.
+const GROUP_NFTABLES: u32 = NFNLGRP_NFTABLES;
 /// NFPROTO_INET, the family of verdict's table.
-const FAMILY_INET: u8 = 1;
+const FAMILY_INET: u8 = NFPROTO_INET;
 /// The table name is attribute 1 in every table, chain, rule, set, element and object message.
-const ATTR_TABLE: u16 = 1;
-const ENOBUFS: i32 = 105;
+const ATTR_TABLE: u16 = NFTA_TABLE_NAME;
+const ENOBUFS: i32 = libc::ENOBUFS;
 
 /// What the monitor saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,12 +64,12 @@ pub struct MonitorGate {
 impl MonitorGate {
     /// Stops notices (and their cost in the kernel) for what follows.
     pub fn pause(&self) -> Result<(), NetlinkError> {
-        glue::set_membership(self.fd.as_fd(), GROUP_NFTABLES, false).map_err(NetlinkError::Io)
+        sys::set_membership(self.fd.as_fd(), GROUP_NFTABLES, false).map_err(NetlinkError::Io)
     }
 
     /// Receives notices again.
     pub fn resume(&self) -> Result<(), NetlinkError> {
-        glue::set_membership(self.fd.as_fd(), GROUP_NFTABLES, true).map_err(NetlinkError::Io)
+        sys::set_membership(self.fd.as_fd(), GROUP_NFTABLES, true).map_err(NetlinkError::Io)
     }
 }
 
@@ -108,56 +107,41 @@ impl TableMonitor {
     }
 }
 
+/// The nf_tables message number of a notification (`None` for other subsystems and for the
+/// generation notice that ends every transaction).
+fn nft_message(m: &Message<'_>) -> Option<u16> {
+    let kind = m.header.kind;
+    (kind >> 8 == NFNL_SUBSYS_NFTABLES && kind & 0xff != NFT_MSG_NEWGEN).then_some(kind & 0xff)
+}
+
 /// The kind of the first message in `datagram` that is about `inet <table>`, if any.
 pub(crate) fn about_table(datagram: &[u8], table: &str) -> Option<&'static str> {
-    let mut at = 0;
-    while at + NLMSG_HDRLEN <= datagram.len() {
-        let len = u32::from_ne_bytes(datagram[at..at + 4].try_into().expect("4 bytes")) as usize;
-        if len < NLMSG_HDRLEN || at + len > datagram.len() {
-            return None;
-        }
-        let msg = &datagram[at..at + len];
-        let kind = u16::from_ne_bytes([msg[4], msg[5]]);
-        if kind >> 8 == NFNL_SUBSYS_NFTABLES && kind & 0xff != NFT_MSG_NEWGEN {
-            let family = msg.get(NLMSG_HDRLEN).copied();
-            let attrs = msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default();
-            if family == Some(FAMILY_INET) && table_attr(attrs) == Some(table) {
-                return Some(kind_name(kind & 0xff));
-            }
-        }
-        at += super::wire::align4(len);
-    }
-    None
+    Messages::new(datagram).map_while(Result::ok).find_map(|m| {
+        let msg = nft_message(&m)?;
+        let ours = m.nfgen_family() == Some(FAMILY_INET) && string_attr(&m, ATTR_TABLE) == Some(table);
+        ours.then(|| kind_name(msg))
+    })
 }
 
 /// The trace chains `datagram` adds or deletes, when every message in it about `inet <table>`
 /// adds or deletes a trace chain or a rule of one (`None` otherwise: a change to reconcile).
 pub(crate) fn trace_changes(datagram: &[u8], table: &str) -> Option<Vec<TraceChange>> {
-    const CHAIN_NAME: u16 = 3;
-    const RULE_CHAIN: u16 = 2;
     let mut changes: Vec<TraceChange> = Vec::new();
-    let mut at = 0;
-    while at + NLMSG_HDRLEN <= datagram.len() {
-        let len = u32::from_ne_bytes(datagram[at..at + 4].try_into().expect("4 bytes")) as usize;
-        if len < NLMSG_HDRLEN || at + len > datagram.len() {
-            return None;
-        }
-        let msg = &datagram[at..at + len];
-        at += super::wire::align4(len);
-        let kind = u16::from_ne_bytes([msg[4], msg[5]]);
-        let attrs = msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default();
-        let ours = kind >> 8 == NFNL_SUBSYS_NFTABLES
-            && kind & 0xff != NFT_MSG_NEWGEN
-            && msg.get(NLMSG_HDRLEN) == Some(&FAMILY_INET)
-            && string_attr(attrs, ATTR_TABLE) == Some(table);
-        if !ours {
+    for m in Messages::new(datagram) {
+        let m = match m {
+            Ok(m) => m,
+            Err(Malformed::Trailing { .. }) => break,
+            Err(_) => return None,
+        };
+        let Some(msg) = nft_message(&m) else { continue };
+        if m.nfgen_family() != Some(FAMILY_INET) || string_attr(&m, ATTR_TABLE) != Some(table) {
             continue;
         }
-        let (chain, added) = match kind & 0xff {
-            3 => (string_attr(attrs, CHAIN_NAME), true),
-            5 => (string_attr(attrs, CHAIN_NAME), false),
-            6 => (string_attr(attrs, RULE_CHAIN), true),
-            8 => (string_attr(attrs, RULE_CHAIN), false),
+        let (chain, added) = match msg {
+            NFT_MSG_NEWCHAIN => (string_attr(&m, NFTA_CHAIN_NAME), true),
+            NFT_MSG_DELCHAIN => (string_attr(&m, NFTA_CHAIN_NAME), false),
+            NFT_MSG_NEWRULE => (string_attr(&m, NFTA_RULE_CHAIN), true),
+            NFT_MSG_DELRULE => (string_attr(&m, NFTA_RULE_CHAIN), false),
             _ => return None,
         };
         let chain = chain?;
@@ -172,62 +156,33 @@ pub(crate) fn trace_changes(datagram: &[u8], table: &str) -> Option<Vec<TraceCha
 /// Whether `datagram` adds or deletes a table, chain or rule of a table other than ours, in
 /// the ip, ip6 or inet family.
 pub(crate) fn about_other_tables(datagram: &[u8], table: &str) -> bool {
-    const STRUCTURE: [u16; 6] = [0, 2, 3, 5, 6, 8];
-    let mut at = 0;
-    while at + NLMSG_HDRLEN < datagram.len() {
-        let len = u32::from_ne_bytes(datagram[at..at + 4].try_into().expect("4 bytes")) as usize;
-        if len <= NLMSG_HDRLEN || at + len > datagram.len() {
-            return false;
-        }
-        let msg = &datagram[at..at + len];
-        let kind = u16::from_ne_bytes([msg[4], msg[5]]);
-        let family = msg[NLMSG_HDRLEN];
-        if kind >> 8 == NFNL_SUBSYS_NFTABLES && STRUCTURE.contains(&(kind & 0xff)) && matches!(family, 1 | 2 | 10) {
-            let attrs = msg.get(NLMSG_HDRLEN + 4..).unwrap_or_default();
-            if family != FAMILY_INET || table_attr(attrs) != Some(table) {
-                return true;
-            }
-        }
-        at += super::wire::align4(len);
-    }
-    false
+    const STRUCTURE: [u16; 6] =
+        [NFT_MSG_NEWTABLE, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_DELCHAIN, NFT_MSG_NEWRULE, NFT_MSG_DELRULE];
+    Messages::new(datagram).map_while(Result::ok).any(|m| {
+        let family = m.nfgen_family();
+        nft_message(&m).is_some_and(|msg| STRUCTURE.contains(&msg))
+            && matches!(family, Some(NFPROTO_INET | NFPROTO_IPV4 | NFPROTO_IPV6))
+            && (family != Some(FAMILY_INET) || string_attr(&m, ATTR_TABLE) != Some(table))
+    })
 }
 
-/// The table-name attribute among a message's attributes.
-fn table_attr(attrs: &[u8]) -> Option<&str> {
-    string_attr(attrs, ATTR_TABLE)
-}
-
-/// A string attribute of type `wanted` among a message's attributes.
-fn string_attr(mut attrs: &[u8], wanted: u16) -> Option<&str> {
-    while attrs.len() >= 4 {
-        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
-        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
-        if len < 4 || len > attrs.len() {
-            return None;
-        }
-        if kind == wanted {
-            let value = &attrs[4..len];
-            let end = value.iter().position(|b| *b == 0).unwrap_or(value.len());
-            return std::str::from_utf8(&value[..end]).ok();
-        }
-        attrs = &attrs[super::wire::align4(len).min(attrs.len())..];
-    }
-    None
+/// A string attribute of type `wanted` among a notification's attributes.
+fn string_attr<'a>(m: &Message<'a>, wanted: u16) -> Option<&'a str> {
+    m.attrs(4).find_type(wanted).and_then(|a| a.str())
 }
 
 fn kind_name(msg: u16) -> &'static str {
     match msg {
-        0 => "add table",
-        2 => "delete table",
-        3 => "add chain",
-        5 => "delete chain",
-        6 => "add rule",
-        8 => "delete rule",
-        9 => "add set",
-        11 => "delete set",
-        12 => "add element",
-        14 => "delete element",
+        NFT_MSG_NEWTABLE => "add table",
+        NFT_MSG_DELTABLE => "delete table",
+        NFT_MSG_NEWCHAIN => "add chain",
+        NFT_MSG_DELCHAIN => "delete chain",
+        NFT_MSG_NEWRULE => "add rule",
+        NFT_MSG_DELRULE => "delete rule",
+        NFT_MSG_NEWSET => "add set",
+        NFT_MSG_DELSET => "delete set",
+        NFT_MSG_NEWSETELEM => "add element",
+        NFT_MSG_DELSETELEM => "delete element",
         _ => "change",
     }
 }
@@ -235,6 +190,7 @@ fn kind_name(msg: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use verdict_netlink::NLMSG_HDRLEN;
 
     /// One notification: header, nfgenmsg, then these attributes.
     fn message(msg: u16, family: u8, attributes: &[(u16, &[u8])]) -> Vec<u8> {
@@ -243,7 +199,7 @@ mod tests {
             attrs.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
             attrs.extend_from_slice(&kind.to_ne_bytes());
             attrs.extend_from_slice(value);
-            attrs.resize(super::super::wire::align4(attrs.len()), 0);
+            attrs.resize(verdict_netlink::align(attrs.len()), 0);
         }
         let len = NLMSG_HDRLEN + 4 + attrs.len();
         let mut out = Vec::new();

@@ -2,12 +2,12 @@
 //! proxy's (see `verdict_controller::foreign_proxy`). Read with the dumps of
 //! [`super::firewalls`]; nothing here writes.
 
-use super::firewalls::{FAMILY_ANY, NFT_MSG_GETCHAIN, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, attrs, payload, text};
+use super::firewalls::{FAMILY_ANY, attrs, payload, text};
 use super::foreign::TableFamily;
-use super::wire::NLMSG_HDRLEN;
 use super::{Netlink, NetlinkError};
+use verdict_netlink::NLMSG_HDRLEN;
+use verdict_netlink::consts::{NFT_MSG_GETCHAIN, NFT_MSG_GETTABLE, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE};
 
-const NFT_MSG_GETTABLE: u16 = 1;
 /// The table's name is attribute 1 of table messages, as of chain messages.
 const NFTA_TABLE: u16 = NFTA_CHAIN_TABLE;
 

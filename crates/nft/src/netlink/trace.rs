@@ -3,14 +3,10 @@
 //! whose nftrace flag a rule set.
 
 use super::NetlinkError;
-use super::glue::{self, Socket};
+use super::sys::{self, Socket};
 use crate::trace::event::{DecodeError, TraceEvent, decode};
 use std::os::fd::AsFd;
 use std::time::Duration;
-
-/// NFNLGRP_NFTRACE.
-const GROUP_NFTRACE: u32 = 9;
-const ENOBUFS: i32 = 105;
 
 /// What a read returned.
 #[derive(Debug)]
@@ -41,7 +37,7 @@ impl TraceListener {
         );
         nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
             .map_err(|e| NetlinkError::Open(e.into()))?;
-        glue::set_membership(fd.as_fd(), GROUP_NFTRACE, true).map_err(NetlinkError::Open)?;
+        sys::set_membership(fd.as_fd(), verdict_netlink::consts::NFNLGRP_NFTRACE, true).map_err(NetlinkError::Open)?;
         Ok(TraceListener { sock, buf: vec![0; 1 << 16] })
     }
 
@@ -56,7 +52,7 @@ impl TraceListener {
             // A signal: a receive with a timeout is never restarted (signal(7)). The caller
             // looks at why it was signalled.
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(TraceRead::Events(Vec::new())),
-            Err(e) if e.raw_os_error() == Some(ENOBUFS) => Ok(TraceRead::Overflow),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(TraceRead::Overflow),
             Err(e) => Err(NetlinkError::Io(e)),
         }
     }

@@ -1,130 +1,10 @@
-//! Netlink framing done in safe Rust: batch begin and end messages (with the generation id
-//! libnftnl cannot add), reply parsing, and the userdata TLVs nft stores on tables, sets, rules
-//! and elements so that `nft list` can print comments and `typeof` declarations.
+//! The userdata TLVs nft stores on tables, sets, rules and elements so that `nft list` can
+//! print comments and `typeof` declarations (libnftnl's udata format: type u8, length u8,
+//! value; not netlink attributes).
 
 use crate::rule::Selector;
 use crate::ruleset::{DataSpec, Datatype, KeySpec, SetDecl};
 use verdict_model::IpFamily;
-
-pub(crate) const NLMSG_HDRLEN: usize = 16;
-pub(crate) const NLMSG_ERROR: u16 = 2;
-pub(crate) const NLMSG_DONE: u16 = 3;
-pub(crate) const NLM_F_REQUEST: u16 = 0x1;
-pub(crate) const NLM_F_MULTI: u16 = 0x2;
-pub(crate) const NLM_F_ACK: u16 = 0x4;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNL_BATCH_GENID: u16 = 1;
-
-pub(crate) fn align4(n: usize) -> usize {
-    n.div_ceil(4) * 4
-}
-
-/// Appends a netfilter message with no attributes but an optional u32 one: batch begin/end.
-fn put_batch_marker(buf: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, genid: Option<u32>) {
-    let attr_len = if genid.is_some() { 8 } else { 0 };
-    let len = (NLMSG_HDRLEN + 4 + attr_len) as u32;
-    buf.extend_from_slice(&len.to_ne_bytes());
-    buf.extend_from_slice(&kind.to_ne_bytes());
-    buf.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-    buf.extend_from_slice(&seq.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    // nfgenmsg: family AF_UNSPEC, version 0, res_id = subsystem (network order).
-    buf.extend_from_slice(&[0, 0]);
-    buf.extend_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
-    if let Some(g) = genid {
-        buf.extend_from_slice(&8u16.to_ne_bytes());
-        buf.extend_from_slice(&NFNL_BATCH_GENID.to_ne_bytes());
-        buf.extend_from_slice(&g.to_be_bytes());
-    }
-}
-
-/// Batch begin, carrying the generation id the batch was computed against: the kernel refuses
-/// it with ERESTART if anyone committed in between.
-pub(crate) fn put_begin(buf: &mut Vec<u8>, seq: u32, genid: Option<u32>) {
-    put_batch_marker(buf, NFNL_MSG_BATCH_BEGIN, 0, seq, genid);
-}
-
-/// Sets the generation id of a batch that starts with [`put_begin`].
-pub(crate) fn set_begin_genid(batch: &mut [u8], genid: u32) {
-    batch[NLMSG_HDRLEN + 8..NLMSG_HDRLEN + 12].copy_from_slice(&genid.to_be_bytes());
-}
-
-/// Batch end; the only message that asks for an acknowledgement.
-pub(crate) fn put_end(buf: &mut Vec<u8>, seq: u32) {
-    put_batch_marker(buf, NFNL_MSG_BATCH_END, NLM_F_ACK, seq, None);
-}
-
-/// One received netlink message.
-pub(crate) struct Msg<'a> {
-    pub kind: u16,
-    pub flags: u16,
-    pub seq: u32,
-    /// The whole message, header included.
-    pub bytes: &'a [u8],
-}
-
-impl Msg<'_> {
-    /// For NLMSG_ERROR: the errno (0 for an acknowledgement).
-    pub fn error(&self) -> Option<i32> {
-        (self.kind == NLMSG_ERROR)
-            .then(|| self.bytes.get(NLMSG_HDRLEN..NLMSG_HDRLEN + 4))
-            .flatten()
-            .map(|b| -i32::from_ne_bytes(b.try_into().expect("4 bytes")))
-    }
-
-    /// For NLMSG_ERROR: the sequence number of the request it answers.
-    pub fn error_seq(&self) -> Option<u32> {
-        self.bytes
-            .get(NLMSG_HDRLEN + 4 + 8..NLMSG_HDRLEN + 4 + 12)
-            .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
-    }
-
-    /// The extended-ack message text, if the kernel sent one.
-    pub fn ext_ack_text(&self) -> Option<String> {
-        // Error payload: errno(4) + the request's header (16, capped) then NLMSGERR_ATTR_* TLVs.
-        let mut at = NLMSG_HDRLEN + 4 + NLMSG_HDRLEN;
-        while at + 4 <= self.bytes.len() {
-            let len = u16::from_ne_bytes([self.bytes[at], self.bytes[at + 1]]) as usize;
-            let kind = u16::from_ne_bytes([self.bytes[at + 2], self.bytes[at + 3]]) & 0x3fff;
-            if len < 4 || at + len > self.bytes.len() {
-                return None;
-            }
-            if kind == 1 {
-                let text = &self.bytes[at + 4..at + len];
-                let end = text.iter().position(|b| *b == 0).unwrap_or(text.len());
-                return String::from_utf8(text[..end].to_vec()).ok();
-            }
-            at += align4(len);
-        }
-        None
-    }
-}
-
-/// Splits a receive buffer into messages.
-pub(crate) fn messages(buf: &[u8]) -> impl Iterator<Item = Msg<'_>> {
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        if at + NLMSG_HDRLEN > buf.len() {
-            return None;
-        }
-        let len = u32::from_ne_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
-        if len < NLMSG_HDRLEN || at + len > buf.len() {
-            return None;
-        }
-        let msg = Msg {
-            kind: u16::from_ne_bytes([buf[at + 4], buf[at + 5]]),
-            flags: u16::from_ne_bytes([buf[at + 6], buf[at + 7]]),
-            seq: u32::from_ne_bytes(buf[at + 8..at + 12].try_into().expect("4 bytes")),
-            bytes: &buf[at..at + len],
-        };
-        at += align4(len);
-        Some(msg)
-    })
-}
-
-// ---- userdata TLVs (libnftnl's udata format: type u8, length u8, value) ----
 
 const UDATA_COMMENT: u8 = 0; // table, rule and element comments
 const SET_KEYBYTEORDER: u8 = 0;
@@ -438,16 +318,5 @@ mod tests {
             hex(&anon_set_udata(Selector::L4Proto, false)),
             "000401000000030e000409000000010600041000000 0".replace(' ', "")
         );
-    }
-
-    #[test]
-    fn begin_carries_genid_in_network_order() {
-        let mut b = Vec::new();
-        put_begin(&mut b, 7, Some(0x01020304));
-        assert_eq!(b.len(), 28);
-        assert_eq!(&b[24..28], &[1, 2, 3, 4]);
-        let msgs: Vec<_> = messages(&b).collect();
-        assert_eq!(msgs.len(), 1);
-        assert_eq!((msgs[0].kind, msgs[0].seq), (0x10, 7));
     }
 }
