@@ -17,6 +17,7 @@ pub mod low;
 pub mod lower;
 pub mod netlink;
 pub mod observe;
+pub mod primitives;
 pub mod raise;
 pub mod render;
 pub mod rule;

@@ -4,7 +4,7 @@
 //! same tree is printed by `text`, lowered to kernel expressions by `lower`, raised back from a
 //! kernel dump by `raise`, and evaluated by `explain`.
 
-use crate::ruleset::{Blob, Datatype, Verdict, padded};
+use crate::primitives::{Blob, Datatype, Verdict, padded};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use verdict_model::{Cidr, IpFamily};

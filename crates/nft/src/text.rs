@@ -406,3 +406,29 @@ pub fn script(tx: &Transaction) -> String {
     }
     out
 }
+
+// What a transaction says in logs and errors lives here with the rest of nft syntax, so that
+// `transaction` stays plain data and imports nothing back from this file.
+impl TxOp {
+    /// A short description for error messages: what, and on which object.
+    pub fn describe(&self) -> String {
+        match self {
+            TxOp::AddTable(t) => format!("add table {}", t.name),
+            TxOp::DeleteTable => "delete table".into(),
+            TxOp::AddChain { name, .. } => format!("add chain {name}"),
+            TxOp::FlushChain(name) => format!("flush chain {name}"),
+            TxOp::DeleteChain(name) => format!("delete chain {name}"),
+            TxOp::AddRule { chain, rule } => format!("add rule to chain {chain}: {}", rule_text(rule)),
+            TxOp::AddSet(d) => format!("add set {}", d.name),
+            TxOp::DeleteSet(name) => format!("delete set {name}"),
+            TxOp::AddElements { set, elements, .. } => format!("add {} element(s) to {set}", elements.len()),
+            TxOp::DeleteElements { set, keys, .. } => format!("delete {} element(s) from {set}", keys.len()),
+        }
+    }
+}
+
+impl std::fmt::Display for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&script(self))
+    }
+}

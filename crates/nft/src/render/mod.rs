@@ -11,10 +11,13 @@
 //! renders a whole table ([`render`]) or one Service's share of it (for incremental syncs, see
 //! `crate::desired`).
 
+pub mod counted_keys;
 pub mod counters;
 mod key_counts;
+mod matches;
 pub mod names;
 mod own;
+mod port_view;
 mod scaffold;
 pub(crate) mod service;
 
