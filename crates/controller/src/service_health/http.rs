@@ -1,16 +1,30 @@
 //! The answer of a health-check listener, and the HTTP serving of one listener.
 
-use super::server::Shared;
 use crate::health::ProxyHealth;
 use crate::http_serve::{self, Handler, Limits};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, X_CONTENT_TYPE_OPTIONS};
 use hyper::{Request, Response, StatusCode, body::Incoming};
+use std::fmt;
 use std::fmt::Write;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::net::TcpListener;
+
+/// What the listeners of one Service answer with; updated in place by `sync`.
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) namespace: String,
+    pub(super) name: String,
+    pub(super) local_endpoints: AtomicUsize,
+}
+
+impl fmt::Display for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
 
 /// The header telling load balancers how much traffic this node takes.
 const WEIGHT_HEADER: &str = "x-load-balancing-endpoint-weight";
