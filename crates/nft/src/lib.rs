@@ -9,16 +9,17 @@
 //!
 //! Everything but [`netlink`] (and [`observe`], which uses it) is pure.
 
-pub mod desired;
-pub mod diff;
-pub mod elements;
+pub(crate) mod desired;
+pub(crate) mod diff;
+pub(crate) mod elements;
 pub mod explain;
-pub mod low;
-pub mod lower;
+pub(crate) mod kernel_consts;
+pub(crate) mod kernel_expr;
+pub(crate) mod lower;
 pub mod netlink;
 pub mod observe;
-pub mod primitives;
-pub mod raise;
+pub(crate) mod primitives;
+pub(crate) mod raise;
 pub mod render;
 pub mod rule;
 pub mod ruleset;
@@ -32,6 +33,10 @@ pub use diff::{Plan, diff};
 pub use render::{RenderOptions, render};
 pub use ruleset::Ruleset;
 pub use transaction::Transaction;
+
+/// The old name of [`kernel_expr`], kept while `netlink/` imports `crate::low` (it should
+/// switch to `crate::kernel_expr`, and to `crate::kernel_consts` for `crate::low::k`).
+pub(crate) use kernel_expr as low;
 
 /// A `HashMap` for the maps the renderer and the desired table consult once per element (a
 /// million times in a cold sync at 100k Services): keys are our own set names and element

@@ -5,7 +5,9 @@
 //! layout ([`Blob`]), so 10^6 elements stay compact and need no conversion to be sent.
 
 pub use crate::elements::ElementMap;
-pub use crate::primitives::{Blob, Datatype, Elem, ElemData, Verdict, concat_len, concat_type_id, padded};
+pub use crate::primitives::{Blob, Datatype, Elem, ElemData, Verdict};
+/// Layout arithmetic, at its old path for `netlink/` (elsewhere: `crate::primitives`).
+pub(crate) use crate::primitives::{concat_len, concat_type_id, padded};
 use crate::rule::{Rule, Selector};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -65,7 +65,7 @@ fn set_block(set: &Set) -> String {
 }
 
 /// `type ...` or `typeof ...` with the data part for maps.
-pub fn type_line(d: &SetDecl) -> String {
+pub(crate) fn type_line(d: &SetDecl) -> String {
     let key = match &d.key {
         KeySpec::Type(types) => format!("type {}", types.iter().map(|t| t.name()).collect::<Vec<_>>().join(" . ")),
         KeySpec::Typeof(sels) => format!("typeof {}", concat_expr(sels)),
@@ -177,7 +177,7 @@ fn chain_block(chain: &Chain) -> String {
 }
 
 /// `type nat hook prerouting priority dstnat; policy accept;`
-pub fn base_line(b: &BaseChain) -> String {
+pub(crate) fn base_line(b: &BaseChain) -> String {
     format!(
         "type {} hook {} priority {}; policy accept;",
         b.kind.name(),
@@ -248,7 +248,7 @@ fn flag_names(sel: &Selector, flags: u32) -> String {
 }
 
 /// One rule as nft prints it.
-pub fn rule_text(rule: &Rule) -> String {
+pub(crate) fn rule_text(rule: &Rule) -> String {
     let mut parts: Vec<String> = rule.items.iter().map(item_text).collect();
     if let Some(c) = &rule.comment {
         parts.push(format!("comment {}", quote(c)));

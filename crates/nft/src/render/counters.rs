@@ -68,7 +68,7 @@ pub fn sets(family: IpFamily) -> Vec<(Outcome, Keyed, String)> {
 }
 
 /// A counting set's name: `accepted-ips`, `rejected-nodeports-v6`, ...
-pub fn set_name(outcome: Outcome, keyed: Keyed, family: IpFamily) -> String {
+pub(crate) fn set_name(outcome: Outcome, keyed: Keyed, family: IpFamily) -> String {
     let kind = match keyed {
         Keyed::Address => "ips",
         Keyed::NodePort => "nodeports",
@@ -76,13 +76,8 @@ pub fn set_name(outcome: Outcome, keyed: Keyed, family: IpFamily) -> String {
     family_name(&format!("{}-{kind}", outcome.label()), family).into_owned()
 }
 
-/// The outcome a counting set's name stands for (the reader's inverse of [`set_name`]).
-pub fn outcome_of(set: &str) -> Option<Outcome> {
-    [IpFamily::V4, IpFamily::V6].into_iter().flat_map(sets).find(|(_, _, name)| name == set).map(|(o, _, _)| o)
-}
-
 /// The declaration of a counting set.
-pub fn decl(outcome: Outcome, keyed: Keyed, family: IpFamily) -> SetDecl {
+pub(crate) fn decl(outcome: Outcome, keyed: Keyed, family: IpFamily) -> SetDecl {
     let ip = match family {
         IpFamily::V4 => Datatype::Ipv4Addr,
         IpFamily::V6 => Datatype::Ipv6Addr,
@@ -96,14 +91,14 @@ pub fn decl(outcome: Outcome, keyed: Keyed, family: IpFamily) -> SetDecl {
 }
 
 /// The lookup that counts a connection to a Service address (no verdict: it only counts).
-pub fn count_address(outcome: Outcome, family: IpFamily) -> Rule {
+pub(crate) fn count_address(outcome: Outcome, family: IpFamily) -> Rule {
     let key = [Selector::Daddr(family), Selector::L4Proto, Selector::ThDport];
     Rule::new(vec![in_set(&key, &set_name(outcome, Keyed::Address, family))])
 }
 
 /// The lookup that counts a connection to a NodePort; `guard` (the NodePort address test, or
 /// nothing) keeps out traffic to Service addresses in chains that also see it.
-pub fn count_node_port(outcome: Outcome, family: IpFamily, guard: Vec<Item>) -> Rule {
+pub(crate) fn count_node_port(outcome: Outcome, family: IpFamily, guard: Vec<Item>) -> Rule {
     let mut items = guard;
     items.push(in_set(&[Selector::L4Proto, Selector::ThDport], &set_name(outcome, Keyed::NodePort, family)));
     Rule::new(items)
