@@ -13,6 +13,7 @@ mod vm;
 
 use crate::{cli, deps};
 use anyhow::{Result, bail};
+pub use fetch::known;
 use report::{Outcome, Row};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -117,11 +118,6 @@ struct Options {
     suite_timeout: Duration,
     self_test: bool,
     command: Option<String>,
-}
-
-/// The names `--kernel` accepts: Debian's kernels this knows how to fetch.
-pub fn known() -> impl Iterator<Item = &'static str> {
-    fetch::KNOWN.iter().map(|w| w.name)
 }
 
 /// Debian's kernels named by `--kernel` (all of them when it is not given).

@@ -26,7 +26,7 @@ use verdict_controller::sync::AfterSync;
 use verdict_model::{PortChange, ProxyModel};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::netlink::counters::ServiceCount;
-use verdict_nft::render::counters::CountedKeys;
+use verdict_nft::render::counted_keys::CountedKeys;
 
 /// The metric's name.
 pub const NAME: &str = "verdict_service_connections_total";

@@ -15,9 +15,9 @@ use verdict_controller::http_serve::{self, Handler, Limits};
 use verdict_controller::metrics as m;
 
 /// An answer: status, content type, body.
-pub type Reply = (u16, &'static str, String);
+pub type RouteResponse = (u16, &'static str, String);
 
-fn health(report: HealthReport, counter: &'static str) -> Reply {
+fn health(report: HealthReport, counter: &'static str) -> RouteResponse {
     metrics::counter!(counter, "code" => report.code.to_string()).increment(1);
     (report.code, "application/json", report.body)
 }
@@ -27,7 +27,7 @@ pub fn metrics_routes(
     prom: PrometheusHandle,
     health_state: Arc<ProxyHealth>,
     counters: Option<CounterReader>,
-) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
+) -> impl Fn(&str) -> RouteResponse + Send + Sync + 'static {
     move |path| match path {
         "/metrics" => {
             let mut text = prom.render();
@@ -44,7 +44,7 @@ pub fn metrics_routes(
 }
 
 /// Routes of the health address.
-pub fn health_routes(health_state: Arc<ProxyHealth>) -> impl Fn(&str) -> Reply + Send + Sync + 'static {
+pub fn health_routes(health_state: Arc<ProxyHealth>) -> impl Fn(&str) -> RouteResponse + Send + Sync + 'static {
     move |path| match path {
         "/healthz" => health(health_state.healthz(), m::HEALTHZ_TOTAL),
         "/livez" => health(health_state.livez(), m::LIVEZ_TOTAL),
@@ -56,7 +56,7 @@ pub fn health_routes(health_state: Arc<ProxyHealth>) -> impl Fn(&str) -> Reply +
 /// limits of every verdict listener (header timeout, connection cap, bounded heads).
 pub async fn serve(
     addr: SocketAddr,
-    routes: impl Fn(&str) -> Reply + Send + Sync + 'static,
+    routes: impl Fn(&str) -> RouteResponse + Send + Sync + 'static,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;

@@ -24,9 +24,9 @@ use verdict_nft::netlink::tables::NamedObject;
 /// The problem reason.
 pub const REASON: &str = "ForeignProxy";
 
-/// Every `what` reported, in the order they are looked for.
-pub const WHATS: [&str; 4] =
-    ["nftables ip kube-proxy", "nftables ip6 kube-proxy", "iptables KUBE-SERVICES", "ip6tables KUBE-SERVICES"];
+/// Every `what` reported, in the order they are looked for: the metric's label values, which
+/// `crate::metrics` registers (it owns them, so it need not import this file).
+pub const WHATS: [&str; 4] = m::FOREIGN_PROXY_WHATS;
 
 /// What each of [`WHATS`] is: a table of a family (with `chain: None`), or a chain of one
 /// of some tables.

@@ -18,6 +18,7 @@ pub mod foreign_proxy;
 pub mod health;
 pub mod http_serve;
 pub mod leftovers;
+mod manifest_objects;
 pub mod manifests;
 mod manifests_json;
 mod manifests_yaml;

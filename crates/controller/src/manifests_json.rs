@@ -2,7 +2,7 @@
 //! object or a `List`, whose items are decoded one at a time as the parser reaches them, so a
 //! cluster's dump of hundreds of megabytes never exists as one tree in memory.
 
-use crate::manifests::{Manifests, add_object, manifest_problem};
+use crate::manifest_objects::{Manifests, add_object, manifest_problem};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 

@@ -55,6 +55,10 @@ pub const PROBLEMS: &str = "verdict_input_problems";
 /// Another proxy's Service rules on this node, by `what` (gauge: 1 while present; see
 /// `crate::foreign_proxy`).
 pub const FOREIGN_PROXY: &str = "verdict_foreign_proxy_detected";
+/// The values of [`FOREIGN_PROXY`]'s `what` label, in the order they are looked for (each is
+/// registered at 0; `crate::foreign_proxy` says what each one matches).
+pub const FOREIGN_PROXY_WHATS: [&str; 4] =
+    ["nftables ip kube-proxy", "nftables ip6 kube-proxy", "iptables KUBE-SERVICES", "ip6tables KUBE-SERVICES"];
 /// Base chains of other tables that drop what they do not accept, on hooks Service traffic
 /// passes (gauge; see `crate::firewalls`).
 pub const FOREIGN_DROP_CHAINS: &str = "verdict_foreign_drop_chains";
@@ -174,7 +178,7 @@ pub fn describe() {
     for g in [ENDPOINT_CHANGES_PENDING, SERVICE_CHANGES_PENDING] {
         metrics::gauge!(g).set(0.0);
     }
-    for what in crate::foreign_proxy::WHATS {
+    for what in FOREIGN_PROXY_WHATS {
         metrics::gauge!(FOREIGN_PROXY, "what" => what).set(0.0);
     }
     for h in [TX_OPERATIONS, TX_BYTES, RENDERED_PORTS] {

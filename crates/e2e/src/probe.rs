@@ -9,7 +9,7 @@ use std::time::Duration;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// An echo server answered.
-    Reply(Reply),
+    Reply(EchoReply),
     /// Connection refused: a TCP reset or an ICMP port-unreachable.
     Refused,
     /// No answer before the timeout (dropped).
@@ -22,7 +22,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The reply, if there was one.
-    pub fn reply(&self) -> Option<&Reply> {
+    pub fn reply(&self) -> Option<&EchoReply> {
         match self {
             Outcome::Reply(r) => Some(r),
             _ => None,
@@ -32,7 +32,7 @@ impl Outcome {
 
 /// What an echo server said.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reply {
+pub struct EchoReply {
     /// The answering backend's name.
     pub backend: String,
     /// The source address the backend saw.
@@ -43,7 +43,7 @@ pub struct Reply {
     pub local: Option<SocketAddr>,
 }
 
-impl Reply {
+impl EchoReply {
     /// Whether the backend saw another source than the client's: masquerading with
     /// `fully-random` changes the port even when the address happens to stay the same (a node
     /// reaching a remote endpoint through its own address).
@@ -65,10 +65,10 @@ impl Reply {
 }
 
 /// Parses `<name> peer=<ip>:<port>`.
-pub fn parse_reply(line: &str) -> Option<Reply> {
+pub fn parse_reply(line: &str) -> Option<EchoReply> {
     let (name, rest) = line.trim().split_once(" peer=")?;
     let (ip, port) = rest.rsplit_once(':')?;
-    Some(Reply { backend: name.to_string(), peer: ip.parse().ok()?, peer_port: port.parse().ok()?, local: None })
+    Some(EchoReply { backend: name.to_string(), peer: ip.parse().ok()?, peer_port: port.parse().ok()?, local: None })
 }
 
 fn classify(e: std::io::Error) -> Outcome {
@@ -86,7 +86,7 @@ fn classify(e: std::io::Error) -> Outcome {
 fn finish(text: std::io::Result<(String, SocketAddr)>) -> Outcome {
     match text {
         Ok((t, local)) => match parse_reply(&t) {
-            Some(r) => Outcome::Reply(Reply { local: Some(local), ..r }),
+            Some(r) => Outcome::Reply(EchoReply { local: Some(local), ..r }),
             None => Outcome::Other(format!("unexpected reply {t:?}")),
         },
         Err(e) => classify(e),

@@ -13,7 +13,8 @@ use verdict_e2e::{require_kernel, synth};
 use verdict_model::source::Endpoint;
 use verdict_model::{ProxyModel, ServiceCounters, build_model};
 use verdict_nft::netlink::Netlink;
-use verdict_nft::render::counters::{CountedKeys, Outcome};
+use verdict_nft::render::counted_keys::CountedKeys;
+use verdict_nft::render::counters::Outcome;
 use verdict_nft::{RenderOptions, diff, render};
 
 const PROBE_ENDPOINT: &str = "10.255.0.1";

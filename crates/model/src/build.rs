@@ -5,11 +5,12 @@ use crate::endpoints::{SelectionInput, select};
 use crate::names::{ServiceNames, Spellings};
 use crate::net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, special_address};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
+use crate::proxy_model::ProxyModel;
 use crate::slices::{Address, EndpointView, SliceView};
 use crate::source;
 use crate::types::{
-    Endpoint, EndpointHints, EndpointTarget, NodeFacts, OutsideAccess, ProxyConfig, ProxyModel, ServicePort,
-    ServicePortName, TopologyHints,
+    Endpoint, EndpointHints, EndpointTarget, NodeFacts, OutsideAccess, ProxyConfig, ServicePort, ServicePortName,
+    TopologyHints,
 };
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;

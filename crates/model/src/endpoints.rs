@@ -106,7 +106,32 @@ mod tests {
     use crate::types::{EndpointTarget, TopologyHints};
     use std::net::IpAddr;
 
-    fn ep(addr: &str, ready: bool, serving: bool, terminating: bool, local: bool) -> Endpoint {
+    /// An endpoint's conditions and where it runs, by name: [`ep`] took them as four
+    /// positional booleans, which a reader could not tell apart.
+    #[derive(Clone, Copy, Default)]
+    struct State {
+        ready: bool,
+        serving: bool,
+        terminating: bool,
+        local: bool,
+    }
+
+    /// Ready (and so serving), not terminating, on another node.
+    const READY: State = State { ready: true, serving: true, terminating: false, local: false };
+    /// Terminating but still serving: used when no endpoint is ready.
+    const SERVING_TERMINATING: State = State { ready: false, serving: true, terminating: true, local: false };
+    /// Terminating and no longer serving: never used.
+    const TERMINATING: State = State { ready: false, serving: false, terminating: true, local: false };
+
+    impl State {
+        /// The same, on this node.
+        fn local(self) -> State {
+            State { local: true, ..self }
+        }
+    }
+
+    fn ep(addr: &str, state: State) -> Endpoint {
+        let State { ready, serving, terminating, local } = state;
         Endpoint {
             target: EndpointTarget { addr: addr.parse::<IpAddr>().unwrap(), port: 80 },
             ready,
@@ -153,11 +178,11 @@ mod tests {
     fn cluster_policy_uses_ready_endpoints_and_ignores_terminating() {
         // Upstream scenario 30: ready .1 .2 (local) and .5 (remote), plus terminating ones.
         let eps = [
-            ep("10.0.1.1", true, true, false, true),
-            ep("10.0.1.2", true, true, false, true),
-            ep("10.0.1.3", false, true, true, true),
-            ep("10.0.1.4", false, false, true, true),
-            ep("10.0.1.5", true, true, false, false),
+            ep("10.0.1.1", READY.local()),
+            ep("10.0.1.2", READY.local()),
+            ep("10.0.1.3", SERVING_TERMINATING.local()),
+            ep("10.0.1.4", TERMINATING.local()),
+            ep("10.0.1.5", READY),
         ];
         let s = run(&eps, &input(false, false, false));
         assert_eq!(s.cluster, ["10.0.1.1", "10.0.1.2", "10.0.1.5"]);
@@ -170,10 +195,10 @@ mod tests {
         // Upstream scenario 31: no ready endpoints, serving-terminating ones are used, never the
         // not-serving one.
         let eps = [
-            ep("10.0.1.2", false, true, true, true),
-            ep("10.0.1.3", false, true, true, true),
-            ep("10.0.1.4", false, false, true, true),
-            ep("10.0.1.5", false, true, true, false),
+            ep("10.0.1.2", SERVING_TERMINATING.local()),
+            ep("10.0.1.3", SERVING_TERMINATING.local()),
+            ep("10.0.1.4", TERMINATING.local()),
+            ep("10.0.1.5", SERVING_TERMINATING),
         ];
         let s = run(&eps, &input(false, false, false));
         assert_eq!(s.cluster, ["10.0.1.2", "10.0.1.3", "10.0.1.5"]);
@@ -183,9 +208,9 @@ mod tests {
     fn local_policy_prefers_local_ready_then_local_terminating() {
         // Upstream scenario 32: local endpoints all serving-terminating, remote ready .5.
         let eps = [
-            ep("10.0.1.1", false, true, true, true),
-            ep("10.0.1.2", false, true, true, true),
-            ep("10.0.1.5", true, true, false, false),
+            ep("10.0.1.1", SERVING_TERMINATING.local()),
+            ep("10.0.1.2", SERVING_TERMINATING.local()),
+            ep("10.0.1.5", READY),
         ];
         let s = run(&eps, &input(false, true, true));
         assert_eq!(s.local, ["10.0.1.1", "10.0.1.2"]);
@@ -195,7 +220,12 @@ mod tests {
     #[test]
     fn large_ports_pick_beyond_64_endpoints() {
         let eps: Vec<Endpoint> = (0..150)
-            .map(|i| ep(&format!("10.0.{}.{}", i / 100, i % 100 + 1), i % 2 == 1, true, false, i >= 140))
+            .map(|i| {
+                ep(
+                    &format!("10.0.{}.{}", i / 100, i % 100 + 1),
+                    State { ready: i % 2 == 1, serving: true, local: i >= 140, ..State::default() },
+                )
+            })
             .collect();
         let s = run(&eps, &input(false, true, true));
         assert_eq!(s.cluster.len(), 75);
@@ -205,14 +235,14 @@ mod tests {
 
     #[test]
     fn nothing_usable_means_no_endpoints() {
-        let eps = [ep("10.0.1.4", false, false, true, true)];
+        let eps = [ep("10.0.1.4", TERMINATING.local())];
         let s = run(&eps, &input(false, true, true));
         assert!(s.cluster.is_empty() && s.local.is_empty() && !s.has_any);
     }
 
     #[test]
     fn internal_local_without_external_access_skips_cluster_set() {
-        let eps = [ep("10.0.1.1", true, true, false, true), ep("10.0.2.1", true, true, false, false)];
+        let eps = [ep("10.0.1.1", READY.local()), ep("10.0.2.1", READY)];
         let s = run(&eps, &input(true, false, false));
         assert!(s.cluster.is_empty());
         assert_eq!(s.local, ["10.0.1.1"]);
@@ -221,14 +251,14 @@ mod tests {
 
     #[test]
     fn zone_hints_apply_only_when_complete_and_matching() {
-        let a = ep("10.0.1.1", true, true, false, false);
-        let b = ep("10.0.1.2", true, true, false, false);
+        let a = ep("10.0.1.1", READY);
+        let b = ep("10.0.1.2", READY);
         let (in_a, in_b) = (hinted(&["zone-a"], &[]), hinted(&["zone-b"], &[]));
         let s = run_hinted(&[a.clone(), b.clone()], vec![in_a.clone(), in_b.clone()], &input(false, false, false));
         assert_eq!(s.cluster, ["10.0.1.1"]);
 
         // One ready endpoint without hints turns filtering off.
-        let c = ep("10.0.1.3", true, true, false, false);
+        let c = ep("10.0.1.3", READY);
         let hints = vec![in_a.clone(), in_b.clone(), TopologyHints::default()];
         let s = run_hinted(&[a.clone(), b.clone(), c], hints, &input(false, false, false));
         assert_eq!(s.cluster.len(), 3);
@@ -240,8 +270,8 @@ mod tests {
 
     #[test]
     fn node_hints_take_precedence() {
-        let a = ep("10.0.1.1", true, true, false, true);
-        let b = ep("10.0.1.2", true, true, false, false);
+        let a = ep("10.0.1.1", READY.local());
+        let b = ep("10.0.1.2", READY);
         let hints = vec![hinted(&["zone-a"], &["test-node"]), hinted(&["zone-a"], &["other-node"])];
         let s = run_hinted(&[a.clone(), b.clone()], hints, &input(false, false, false));
         assert_eq!(s.cluster, ["10.0.1.1"]);
@@ -251,7 +281,7 @@ mod tests {
     fn hints_follow_their_endpoint_by_index() {
         // The hinted endpoint for this zone is the second: reading hints by a wrong index picks
         // the first.
-        let eps = [ep("10.0.1.1", true, true, false, false), ep("10.0.1.2", true, true, false, false)];
+        let eps = [ep("10.0.1.1", READY), ep("10.0.1.2", READY)];
         let s = run_hinted(&eps, vec![hinted(&["zone-b"], &[]), hinted(&["zone-a"], &[])], &input(false, false, false));
         assert_eq!(s.cluster, ["10.0.1.2"]);
     }

@@ -18,6 +18,7 @@ mod nodeport;
 mod packed;
 mod ports;
 mod problem;
+mod proxy_model;
 mod slices;
 pub mod source;
 pub mod synth;
@@ -31,8 +32,9 @@ pub use net::{AddressError, Cidr, IpFamily, Protocol, check_ip, parse_ip_checked
 pub use nodeport::{NodePortAddresses, NodePortAddressesError, parse_nodeport_addresses};
 pub use ports::ServicePorts;
 pub use problem::{ObjectKind, ObjectRef, Problem};
+pub use proxy_model::ProxyModel;
 pub use types::{
     DEFAULT_MAX_ELEMENTS_PER_SERVICE, DetectLocal, Endpoint, EndpointHints, EndpointSelection, EndpointTarget,
-    NodeFacts, OutsideAccess, Picks, PodMatch, ProxyConfig, ProxyModel, ServiceCounters, ServicePort, ServicePortName,
-    Targets, TopologyHints,
+    NodeFacts, OutsideAccess, Picks, PodMatch, ProxyConfig, ServiceCounters, ServicePort, ServicePortName, Targets,
+    TopologyHints,
 };

@@ -7,8 +7,6 @@
 //! the node addresses inside the CIDRs: the `nodeport-ips` set).
 
 use crate::net::{Cidr, IpFamily};
-use crate::types::ProxyModel;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Which node addresses accept NodePort traffic.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -111,60 +109,6 @@ impl NodePortAddresses {
                 cidrs.iter().any(|c| c.family() == family && c.prefix() == 0)
             }
         }
-    }
-}
-
-impl ProxyModel {
-    /// The programmed families in which every local address accepts NodePort traffic: the
-    /// table matches them with `fib daddr type local` instead of the `nodeport-ips` set.
-    pub fn nodeport_all_local_families(&self) -> Vec<IpFamily> {
-        self.families().into_iter().filter(|f| self.config.nodeport_addresses.all_local(*f)).collect()
-    }
-
-    /// The programmed families in which no node address accepts NodePort traffic (with
-    /// `--nodeport-addresses primary`: the Node lists no address of that family). Their
-    /// Services get ClusterIPs, external and load balancer IPs, but no NodePorts, as upstream.
-    pub fn families_without_nodeports(&self) -> Vec<IpFamily> {
-        let nodeport_ips = self.nodeport_ips();
-        let all_local = self.nodeport_all_local_families();
-        self.families()
-            .into_iter()
-            .filter(|f| !all_local.contains(f) && !nodeport_ips.iter().any(|ip| IpFamily::of(ip) == *f))
-            .collect()
-    }
-
-    /// The node addresses that accept NodePort traffic (the `nodeport-ips` elements), in
-    /// order, in the families that do not accept it on every local address (those are in
-    /// [`ProxyModel::nodeport_all_local_families`] and have no list).
-    pub fn nodeport_ips(&self) -> Vec<IpAddr> {
-        let npa = &self.config.nodeport_addresses;
-        let primary = match npa {
-            NodePortAddresses::Primary | NodePortAddresses::PrimaryAndCidrs(_) => self.node.primary_ips.as_slice(),
-            NodePortAddresses::Cidrs(_) | NodePortAddresses::All => &[],
-        };
-        let cidrs = match npa {
-            NodePortAddresses::Cidrs(c) | NodePortAddresses::PrimaryAndCidrs(c) => c.as_slice(),
-            NodePortAddresses::Primary | NodePortAddresses::All => &[],
-        };
-        // Loopback is left out of CIDR matches, as upstream refuses localhost NodePorts.
-        let in_cidrs =
-            self.node.addresses.iter().filter(|ip| !ip.is_loopback() && cidrs.iter().any(|c| c.contains(ip)));
-        let mut ips: Vec<IpAddr> =
-            primary.iter().chain(in_cidrs).filter(|ip| !npa.all_local(IpFamily::of(ip))).copied().collect();
-        ips.sort();
-        ips.dedup();
-        ips
-    }
-
-    /// Where NodePort-related listeners (healthCheckNodePorts) bind: the NodePort addresses,
-    /// and the unspecified address of each family that accepts NodePorts on every address.
-    pub fn nodeport_listen_addresses(&self) -> Vec<IpAddr> {
-        let mut ips = self.nodeport_ips();
-        ips.extend(self.nodeport_all_local_families().into_iter().map(|f| match f {
-            IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        }));
-        ips
     }
 }
 

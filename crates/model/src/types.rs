@@ -2,76 +2,9 @@
 
 use crate::net::{Cidr, IpFamily, Protocol};
 use crate::nodeport::NodePortAddresses;
-use crate::ports::ServicePorts;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
-
-/// Everything the nftables side needs to program one node.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProxyModel {
-    /// Facts about the node being programmed.
-    pub node: NodeFacts,
-    /// Configuration that shapes the rules.
-    pub config: ProxyConfig,
-    /// One entry per (namespace, Service, port name, protocol). Shared with the changes a
-    /// rebuild reports ([`crate::PortChange`]), which at a cold start are every port: a copy
-    /// of each was a fifth of the agent's peak.
-    pub services: ServicePorts,
-    /// The networks ClusterIPs are allocated from (`--service-cluster-ip-range` and
-    /// networking.k8s.io/v1 ServiceCIDR objects): traffic to an unallocated address in them is
-    /// dropped.
-    pub service_cidrs: Vec<Cidr>,
-}
-
-impl ProxyModel {
-    /// The families this node programs: every family its kernel supports
-    /// ([`ProxyConfig::families`]), as upstream runs dual-stack whenever the platform allows it,
-    /// whatever addresses the Node object lists. The node's addresses decide only NodePorts
-    /// (see [`ProxyModel::families_without_nodeports`]).
-    pub fn families(&self) -> Vec<IpFamily> {
-        let mut families = self.config.families.clone();
-        families.sort();
-        families.dedup();
-        if families.is_empty() { IpFamily::ALL.to_vec() } else { families }
-    }
-
-    /// The cluster CIDR of a family.
-    pub fn cluster_cidr(&self, family: IpFamily) -> Option<Cidr> {
-        self.config.cluster_cidrs.iter().find(|c| c.family() == family).copied()
-    }
-
-    /// How traffic from pods is recognised for a family (`None`: it is not, and neither
-    /// off-cluster masquerading nor the pod short-circuit of Local policies apply).
-    pub fn pod_match(&self, family: IpFamily) -> Option<PodMatch> {
-        match &self.config.detect_local {
-            DetectLocal::ClusterCidr => self.cluster_cidr(family).map(PodMatch::Cidr),
-            DetectLocal::NodeCidr => {
-                self.node.pod_cidrs.iter().find(|c| c.family() == family).copied().map(PodMatch::Cidr)
-            }
-            DetectLocal::BridgeInterface(name) => Some(PodMatch::Interface(name.clone())),
-            DetectLocal::InterfaceNamePrefix(prefix) => Some(PodMatch::InterfacePrefix(prefix.clone())),
-            DetectLocal::None => None,
-        }
-    }
-
-    /// Service ports whose Local policy finds no local endpoint while endpoints exist elsewhere
-    /// (upstream's `sync_proxy_rules_no_local_endpoints_total`): (internal, external).
-    pub fn no_local_endpoints(&self) -> (usize, usize) {
-        let mut internal = 0;
-        let mut external = 0;
-        for port in self.services.values() {
-            let without_local = [&port.v4, &port.v6].iter().any(|s| s.has_any && s.local.is_empty());
-            if port.internal_policy_local && without_local {
-                internal += 1;
-            }
-            if port.external_policy_local && port.externally_accessible() && without_local {
-                external += 1;
-            }
-        }
-        (internal, external)
-    }
-}
 
 /// How traffic from pods is recognised.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,11 @@
 
 use crate::Malformed;
 use crate::consts::NLA_TYPE_MASK;
-use crate::frame::align;
+
+/// Rounds up to netlink's 4-byte alignment (`NLMSG_ALIGN`, `NLA_ALIGN`).
+pub const fn align(len: usize) -> usize {
+    (len + 3) & !3
+}
 
 /// Size of `struct nlattr`.
 pub(crate) const NLA_HDRLEN: usize = 4;

@@ -1,15 +1,11 @@
 //! Messages: the `nlmsghdr` framing, splitting a datagram, and `NLMSG_ERROR` replies.
 
+use crate::attr::align;
 use crate::consts::{NLM_F_ACK_TLVS, NLM_F_CAPPED, NLMSG_ERROR, NLMSGERR_ATTR_MSG};
 use crate::{Attrs, Malformed};
 
 /// Size of `struct nlmsghdr` (libc has the struct but keeps its `NLMSG_HDRLEN` private).
 pub const NLMSG_HDRLEN: usize = std::mem::size_of::<libc::nlmsghdr>();
-
-/// Rounds up to netlink's 4-byte alignment (`NLMSG_ALIGN`, `NLA_ALIGN`).
-pub const fn align(len: usize) -> usize {
-    (len + 3) & !3
-}
 
 /// The fields of a `struct nlmsghdr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

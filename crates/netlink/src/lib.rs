@@ -23,8 +23,8 @@ pub mod consts;
 mod frame;
 mod write;
 
-pub use attr::{Attr, Attrs};
-pub use frame::{ErrorReply, Header, Message, Messages, NLMSG_HDRLEN, align};
+pub use attr::{Attr, Attrs, align};
+pub use frame::{ErrorReply, Header, Message, Messages, NLMSG_HDRLEN};
 pub use write::{Nest, Writer};
 
 /// Why bytes could not be read as netlink: what was cut short or claimed too much.

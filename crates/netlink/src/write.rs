@@ -2,8 +2,9 @@
 //! to a caller's buffer (a batch is many messages in one buffer, sent with one `send`).
 
 use crate::attr::NLA_HDRLEN;
+use crate::attr::align;
 use crate::consts::{NFNETLINK_V0, NLA_F_NESTED, NLM_F_REQUEST};
-use crate::frame::{NLMSG_HDRLEN, align};
+use crate::frame::NLMSG_HDRLEN;
 
 /// One message being appended to a buffer; [`Writer::finish`] writes its length.
 #[derive(Debug)]

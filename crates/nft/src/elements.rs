@@ -11,7 +11,7 @@
 
 mod comments;
 
-use crate::ruleset::{Blob, Elem, ElemData, Verdict};
+use crate::primitives::{Blob, Elem, ElemData, Verdict};
 use comments::Comments;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;

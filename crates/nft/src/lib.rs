@@ -9,16 +9,18 @@
 //!
 //! Everything but [`netlink`] (and [`observe`], which uses it) is pure.
 
-pub mod desired;
-pub mod diff;
-pub mod elements;
+pub(crate) mod desired;
+pub(crate) mod diff;
+pub(crate) mod elements;
 pub mod explain;
 pub mod kernel;
-pub mod low;
-pub mod lower;
+pub(crate) mod kernel_consts;
+pub(crate) mod kernel_expr;
+pub(crate) mod lower;
 pub mod netlink;
 pub mod observe;
-pub mod raise;
+pub(crate) mod primitives;
+pub(crate) mod raise;
 pub mod render;
 pub mod rule;
 pub mod ruleset;

@@ -2,7 +2,8 @@
 //! that `nft list` prints our rules exactly as `text` does and `nft -f` of that listing
 //! recreates identical bytecode.
 
-use crate::low::{AnonSet, ImmData, LowExpr, LowRule, SetRef, k};
+use crate::kernel_consts;
+use crate::kernel_expr::{AnonSet, ImmData, LowExpr, LowRule, SetRef};
 use crate::rule::{DnatTarget, Item, Match, Op, Reject, Rule, Selector, Stmt, Value};
 use crate::ruleset::{Verdict, padded};
 use std::net::IpAddr;
@@ -28,14 +29,14 @@ struct Lowering {
 
 fn cmp_op(op: Op) -> u32 {
     match op {
-        Op::Eq => k::NFT_CMP_EQ,
-        Op::Neq => k::NFT_CMP_NEQ,
+        Op::Eq => kernel_consts::NFT_CMP_EQ,
+        Op::Neq => kernel_consts::NFT_CMP_NEQ,
     }
 }
 
 /// Where a selector lives in the packet: (base, offset, length) for payload selectors.
 pub(crate) fn payload_of(sel: Selector) -> Option<(u32, u32, u32)> {
-    use k::{NFT_PAYLOAD_NETWORK_HEADER as NH, NFT_PAYLOAD_TRANSPORT_HEADER as TH};
+    use kernel_consts::{NFT_PAYLOAD_NETWORK_HEADER as NH, NFT_PAYLOAD_TRANSPORT_HEADER as TH};
     Some(match sel {
         Selector::Saddr(IpFamily::V4) => (NH, 12, 4),
         Selector::Daddr(IpFamily::V4) => (NH, 16, 4),
@@ -48,8 +49,8 @@ pub(crate) fn payload_of(sel: Selector) -> Option<(u32, u32, u32)> {
 
 fn nfproto(family: IpFamily) -> u32 {
     match family {
-        IpFamily::V4 => k::NFPROTO_IPV4,
-        IpFamily::V6 => k::NFPROTO_IPV6,
+        IpFamily::V4 => kernel_consts::NFPROTO_IPV4,
+        IpFamily::V6 => kernel_consts::NFPROTO_IPV6,
     }
 }
 
@@ -63,8 +64,12 @@ impl Lowering {
     fn dependency(&mut self, family: IpFamily) {
         if !self.deps.contains(&family) {
             self.deps.push(family);
-            self.push(LowExpr::Meta { key: k::NFT_META_NFPROTO, dreg: k::NFT_REG_1 });
-            self.push(LowExpr::Cmp { sreg: k::NFT_REG_1, op: k::NFT_CMP_EQ, data: vec![nfproto(family) as u8] });
+            self.push(LowExpr::Meta { key: kernel_consts::NFT_META_NFPROTO, dreg: kernel_consts::NFT_REG_1 });
+            self.push(LowExpr::Cmp {
+                sreg: kernel_consts::NFT_REG_1,
+                op: kernel_consts::NFT_CMP_EQ,
+                data: vec![nfproto(family) as u8],
+            });
         }
     }
 
@@ -74,18 +79,24 @@ impl Lowering {
             self.dependency(family);
         }
         let e = match sel {
-            Selector::L4Proto => LowExpr::Meta { key: k::NFT_META_L4PROTO, dreg },
-            Selector::Mark => LowExpr::Meta { key: k::NFT_META_MARK, dreg },
-            Selector::IifName => LowExpr::Meta { key: k::NFT_META_IIFNAME, dreg },
-            Selector::Numgen(modulus) => LowExpr::Numgen { dreg, modulus, kind: k::NFT_NG_RANDOM, offset: 0 },
-            Selector::FibSaddrType => {
-                LowExpr::Fib { flags: k::NFTA_FIB_F_SADDR, result: k::NFT_FIB_RESULT_ADDRTYPE, dreg }
+            Selector::L4Proto => LowExpr::Meta { key: kernel_consts::NFT_META_L4PROTO, dreg },
+            Selector::Mark => LowExpr::Meta { key: kernel_consts::NFT_META_MARK, dreg },
+            Selector::IifName => LowExpr::Meta { key: kernel_consts::NFT_META_IIFNAME, dreg },
+            Selector::Numgen(modulus) => {
+                LowExpr::Numgen { dreg, modulus, kind: kernel_consts::NFT_NG_RANDOM, offset: 0 }
             }
-            Selector::FibDaddrType => {
-                LowExpr::Fib { flags: k::NFTA_FIB_F_DADDR, result: k::NFT_FIB_RESULT_ADDRTYPE, dreg }
-            }
-            Selector::CtState => LowExpr::Ct { key: k::NFT_CT_STATE, dreg },
-            Selector::CtStatus => LowExpr::Ct { key: k::NFT_CT_STATUS, dreg },
+            Selector::FibSaddrType => LowExpr::Fib {
+                flags: kernel_consts::NFTA_FIB_F_SADDR,
+                result: kernel_consts::NFT_FIB_RESULT_ADDRTYPE,
+                dreg,
+            },
+            Selector::FibDaddrType => LowExpr::Fib {
+                flags: kernel_consts::NFTA_FIB_F_DADDR,
+                result: kernel_consts::NFT_FIB_RESULT_ADDRTYPE,
+                dreg,
+            },
+            Selector::CtState => LowExpr::Ct { key: kernel_consts::NFT_CT_STATE, dreg },
+            Selector::CtStatus => LowExpr::Ct { key: kernel_consts::NFT_CT_STATUS, dreg },
             Selector::Saddr(_) | Selector::Daddr(_) | Selector::ThDport => {
                 let (base, offset, full) = payload_of(sel).expect("payload selector");
                 LowExpr::Payload { base, offset, len: len.unwrap_or(full), dreg }
@@ -99,10 +110,10 @@ impl Lowering {
     fn load_concat(&mut self, key: &[Selector]) -> u32 {
         let mut slot = 0;
         for sel in key {
-            self.load(*sel, k::reg(slot), None);
+            self.load(*sel, kernel_consts::reg(slot), None);
             slot += padded(sel.datatype().bytes()) / 4;
         }
-        k::NFT_REG_1
+        kernel_consts::NFT_REG_1
     }
 
     fn anon(&mut self, set: AnonSet) -> SetRef {
@@ -111,7 +122,7 @@ impl Lowering {
     }
 
     fn lower_match(&mut self, m: &Match) {
-        let r1 = k::NFT_REG_1;
+        let r1 = kernel_consts::NFT_REG_1;
         match m {
             Match::Cmp { left, op, right } => {
                 self.load(*left, r1, None);
@@ -164,7 +175,7 @@ impl Lowering {
                     mask: flags.to_ne_bytes().to_vec(),
                     xor: vec![0; 4],
                 });
-                self.push(LowExpr::Cmp { sreg: r1, op: k::NFT_CMP_NEQ, data: vec![0; 4] });
+                self.push(LowExpr::Cmp { sreg: r1, op: kernel_consts::NFT_CMP_NEQ, data: vec![0; 4] });
             }
             Match::Masked { left, mask, op, right } => {
                 self.load(*left, r1, None);
@@ -209,9 +220,11 @@ impl Lowering {
     }
 
     fn lower_stmt(&mut self, s: &Stmt) {
-        let r1 = k::NFT_REG_1;
+        let r1 = kernel_consts::NFT_REG_1;
         match s {
-            Stmt::Verdict(v) => self.push(LowExpr::Immediate { dreg: k::NFT_REG_VERDICT, data: verdict_data(v) }),
+            Stmt::Verdict(v) => {
+                self.push(LowExpr::Immediate { dreg: kernel_consts::NFT_REG_VERDICT, data: verdict_data(v) })
+            }
             Stmt::Vmap { key, map } => {
                 let sreg = if key.len() == 1 {
                     self.load(key[0], r1, None);
@@ -221,7 +234,7 @@ impl Lowering {
                 };
                 self.push(LowExpr::Lookup {
                     sreg,
-                    dreg: Some(k::NFT_REG_VERDICT),
+                    dreg: Some(kernel_consts::NFT_REG_VERDICT),
                     set: SetRef::Named(map.clone()),
                     invert: false,
                 });
@@ -238,7 +251,7 @@ impl Lowering {
                     .collect();
                 let set =
                     self.anon(AnonSet { key_type: key.datatype(), key_selector: *key, verdict_map: true, elements });
-                self.push(LowExpr::Lookup { sreg: r1, dreg: Some(k::NFT_REG_VERDICT), set, invert: false });
+                self.push(LowExpr::Lookup { sreg: r1, dreg: Some(kernel_consts::NFT_REG_VERDICT), set, invert: false });
             }
             Stmt::MarkOr(bits) => self.mark_set(!bits, *bits),
             Stmt::MarkXor(bits) => self.mark_set(u32::MAX, *bits),
@@ -256,17 +269,17 @@ impl Lowering {
                         IpFamily::V6 => 16,
                     };
                     self.push(LowExpr::Nat {
-                        kind: k::NFT_NAT_DNAT,
+                        kind: kernel_consts::NFT_NAT_DNAT,
                         family: nfproto(*family),
                         reg_addr: r1,
-                        reg_proto: Some(k::reg(addr_len / 4)),
+                        reg_proto: Some(kernel_consts::reg(addr_len / 4)),
                         flags: None,
                     });
                 }
                 DnatTarget::Addr { addr, port } => {
                     let mut a = Vec::new();
                     Value::Addr(*addr).encode(&mut a);
-                    let proto_reg = k::reg(a.len() / 4);
+                    let proto_reg = kernel_consts::reg(a.len() / 4);
                     self.push(LowExpr::Immediate { dreg: r1, data: ImmData::Value(a) });
                     self.push(LowExpr::Immediate {
                         dreg: proto_reg,
@@ -277,7 +290,7 @@ impl Lowering {
                         IpAddr::V6(_) => IpFamily::V6,
                     };
                     self.push(LowExpr::Nat {
-                        kind: k::NFT_NAT_DNAT,
+                        kind: kernel_consts::NFT_NAT_DNAT,
                         family: nfproto(family),
                         reg_addr: r1,
                         reg_proto: Some(proto_reg),
@@ -285,33 +298,39 @@ impl Lowering {
                     });
                 }
             },
-            Stmt::Masquerade { fully_random } => {
-                self.push(LowExpr::Masq { flags: fully_random.then_some(k::NF_NAT_RANGE_PROTO_RANDOM_FULLY) })
-            }
+            Stmt::Masquerade { fully_random } => self
+                .push(LowExpr::Masq { flags: fully_random.then_some(kernel_consts::NF_NAT_RANGE_PROTO_RANDOM_FULLY) }),
             Stmt::Reject(kind) => self.push(match kind {
-                Reject::PortUnreachable => {
-                    LowExpr::Reject { kind: k::NFT_REJECT_ICMPX_UNREACH, code: k::NFT_REJECT_ICMPX_PORT_UNREACH }
-                }
-                Reject::Icmp => LowExpr::Reject { kind: k::NFT_REJECT_ICMP_UNREACH, code: k::ICMP_PORT_UNREACH },
-                Reject::Icmpv6 => LowExpr::Reject { kind: k::NFT_REJECT_ICMP_UNREACH, code: k::ICMPV6_PORT_UNREACH },
+                Reject::PortUnreachable => LowExpr::Reject {
+                    kind: kernel_consts::NFT_REJECT_ICMPX_UNREACH,
+                    code: kernel_consts::NFT_REJECT_ICMPX_PORT_UNREACH,
+                },
+                Reject::Icmp => LowExpr::Reject {
+                    kind: kernel_consts::NFT_REJECT_ICMP_UNREACH,
+                    code: kernel_consts::ICMP_PORT_UNREACH,
+                },
+                Reject::Icmpv6 => LowExpr::Reject {
+                    kind: kernel_consts::NFT_REJECT_ICMP_UNREACH,
+                    code: kernel_consts::ICMPV6_PORT_UNREACH,
+                },
             }),
             Stmt::Counter => self.push(LowExpr::Counter),
             Stmt::NfTrace => {
                 // As nft writes it: the flag is one byte, loaded into a register, then set.
                 self.push(LowExpr::Immediate { dreg: r1, data: ImmData::Value(vec![1]) });
-                self.push(LowExpr::MetaSet { key: k::NFT_META_NFTRACE, sreg: r1 });
+                self.push(LowExpr::MetaSet { key: kernel_consts::NFT_META_NFTRACE, sreg: r1 });
             }
             Stmt::Update { set, key } => {
                 self.load(*key, r1, None);
-                self.push(LowExpr::Dynset { op: k::NFT_DYNSET_OP_UPDATE, sreg_key: r1, set: set.clone() });
+                self.push(LowExpr::Dynset { op: kernel_consts::NFT_DYNSET_OP_UPDATE, sreg_key: r1, set: set.clone() });
             }
         }
     }
 
     /// `meta mark set meta mark <op> bits`, as nft writes it: a bitwise with mask and xor.
     fn mark_set(&mut self, mask: u32, xor: u32) {
-        let r1 = k::NFT_REG_1;
-        self.push(LowExpr::Meta { key: k::NFT_META_MARK, dreg: r1 });
+        let r1 = kernel_consts::NFT_REG_1;
+        self.push(LowExpr::Meta { key: kernel_consts::NFT_META_MARK, dreg: r1 });
         self.push(LowExpr::Bitwise {
             sreg: r1,
             dreg: r1,
@@ -319,17 +338,17 @@ impl Lowering {
             mask: mask.to_ne_bytes().to_vec(),
             xor: xor.to_ne_bytes().to_vec(),
         });
-        self.push(LowExpr::MetaSet { key: k::NFT_META_MARK, sreg: r1 });
+        self.push(LowExpr::MetaSet { key: kernel_consts::NFT_META_MARK, sreg: r1 });
     }
 }
 
 /// A verdict as immediate data.
 pub fn verdict_data(v: &Verdict) -> ImmData {
     match v {
-        Verdict::Accept => ImmData::Verdict(k::NF_ACCEPT, None),
-        Verdict::Drop => ImmData::Verdict(k::NF_DROP, None),
-        Verdict::Return => ImmData::Verdict(k::NFT_RETURN, None),
-        Verdict::Jump(c) => ImmData::Verdict(k::NFT_JUMP, Some(c.to_string())),
-        Verdict::Goto(c) => ImmData::Verdict(k::NFT_GOTO, Some(c.to_string())),
+        Verdict::Accept => ImmData::Verdict(kernel_consts::NF_ACCEPT, None),
+        Verdict::Drop => ImmData::Verdict(kernel_consts::NF_DROP, None),
+        Verdict::Return => ImmData::Verdict(kernel_consts::NFT_RETURN, None),
+        Verdict::Jump(c) => ImmData::Verdict(kernel_consts::NFT_JUMP, Some(c.to_string())),
+        Verdict::Goto(c) => ImmData::Verdict(kernel_consts::NFT_GOTO, Some(c.to_string())),
     }
 }

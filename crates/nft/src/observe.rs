@@ -5,7 +5,8 @@
 //! rendered. Rules we cannot read (someone else wrote them) come back as a placeholder that
 //! never equals a rendered rule, so the next diff rewrites that chain.
 
-use crate::low::{AnonSet, LowExpr, LowRule, SetRef};
+use crate::kernel_consts;
+use crate::kernel_expr::{AnonSet, LowExpr, LowRule, SetRef};
 use crate::netlink::udata::{parse_comment, parse_set_udata};
 use crate::netlink::{Netlink, NetlinkError, TableDump};
 use crate::raise::raise;
@@ -139,13 +140,12 @@ fn decompose(type_id: u32) -> Option<Vec<Datatype>> {
 }
 
 fn verdict(code: i32, chain: &Option<String>) -> Option<Verdict> {
-    use crate::low::k;
     Some(match (code, chain) {
-        (k::NF_ACCEPT, _) => Verdict::Accept,
-        (k::NF_DROP, _) => Verdict::Drop,
-        (k::NFT_RETURN, _) => Verdict::Return,
-        (k::NFT_JUMP, Some(c)) => Verdict::Jump(Arc::from(c.as_str())),
-        (k::NFT_GOTO, Some(c)) => Verdict::Goto(Arc::from(c.as_str())),
+        (kernel_consts::NF_ACCEPT, _) => Verdict::Accept,
+        (kernel_consts::NF_DROP, _) => Verdict::Drop,
+        (kernel_consts::NFT_RETURN, _) => Verdict::Return,
+        (kernel_consts::NFT_JUMP, Some(c)) => Verdict::Jump(Arc::from(c.as_str())),
+        (kernel_consts::NFT_GOTO, Some(c)) => Verdict::Goto(Arc::from(c.as_str())),
         _ => return None,
     })
 }

@@ -2,7 +2,8 @@
 //! text) produce are recognised; anything else is reported as foreign, which makes a rule that
 //! somebody else wrote into our table visible instead of silently misread.
 
-use crate::low::{AnonSet, ImmData, LowExpr, LowRule, SetRef, k};
+use crate::kernel_consts;
+use crate::kernel_expr::{AnonSet, ImmData, LowExpr, LowRule, SetRef};
 use crate::lower::payload_of;
 use crate::rule::{DnatTarget, Item, Match, Op, Reject, Rule, Selector, Stmt, Value};
 use crate::ruleset::{Verdict, padded};
@@ -53,17 +54,17 @@ struct Raising<'a> {
 }
 
 fn slot(reg: u32) -> usize {
-    if (k::NFT_REG_1..=4).contains(&reg) {
-        ((reg - k::NFT_REG_1) * 4) as usize
+    if (kernel_consts::NFT_REG_1..=4).contains(&reg) {
+        ((reg - kernel_consts::NFT_REG_1) * 4) as usize
     } else {
-        reg.saturating_sub(k::NFT_REG32_00) as usize
+        reg.saturating_sub(kernel_consts::NFT_REG32_00) as usize
     }
 }
 
 fn op(kernel_op: u32) -> Option<Op> {
     match kernel_op {
-        k::NFT_CMP_EQ => Some(Op::Eq),
-        k::NFT_CMP_NEQ => Some(Op::Neq),
+        kernel_consts::NFT_CMP_EQ => Some(Op::Eq),
+        kernel_consts::NFT_CMP_NEQ => Some(Op::Neq),
         _ => None,
     }
 }
@@ -107,11 +108,11 @@ fn widen(family: IpFamily, bytes: &[u8]) -> Option<IpAddr> {
 
 fn verdict_of(code: i32, chain: &Option<String>) -> Option<Verdict> {
     Some(match (code, chain) {
-        (k::NF_ACCEPT, None) => Verdict::Accept,
-        (k::NF_DROP, None) => Verdict::Drop,
-        (k::NFT_RETURN, None) => Verdict::Return,
-        (k::NFT_JUMP, Some(c)) => Verdict::Jump(Arc::from(c.as_str())),
-        (k::NFT_GOTO, Some(c)) => Verdict::Goto(Arc::from(c.as_str())),
+        (kernel_consts::NF_ACCEPT, None) => Verdict::Accept,
+        (kernel_consts::NF_DROP, None) => Verdict::Drop,
+        (kernel_consts::NFT_RETURN, None) => Verdict::Return,
+        (kernel_consts::NFT_JUMP, Some(c)) => Verdict::Jump(Arc::from(c.as_str())),
+        (kernel_consts::NFT_GOTO, Some(c)) => Verdict::Goto(Arc::from(c.as_str())),
         _ => return None,
     })
 }
@@ -155,13 +156,13 @@ impl Raising<'_> {
     fn step(&mut self, i: usize) -> Option<usize> {
         let e = &self.rule.exprs[i];
         match e {
-            LowExpr::Meta { key: k::NFT_META_NFPROTO, dreg } => {
+            LowExpr::Meta { key: kernel_consts::NFT_META_NFPROTO, dreg } => {
                 // The implicit `meta nfproto` guard nft puts before ip/ip6 header access.
                 match self.rule.exprs.get(i + 1)? {
-                    LowExpr::Cmp { sreg, op: k::NFT_CMP_EQ, data }
+                    LowExpr::Cmp { sreg, op: kernel_consts::NFT_CMP_EQ, data }
                         if sreg == dreg
                             && data.len() == 1
-                            && matches!(data[0] as u32, k::NFPROTO_IPV4 | k::NFPROTO_IPV6) =>
+                            && matches!(data[0] as u32, kernel_consts::NFPROTO_IPV4 | kernel_consts::NFPROTO_IPV6) =>
                     {
                         Some(i + 2)
                     }
@@ -170,9 +171,9 @@ impl Raising<'_> {
             }
             LowExpr::Meta { key, dreg } => {
                 let sel = match *key {
-                    k::NFT_META_L4PROTO => Selector::L4Proto,
-                    k::NFT_META_MARK => Selector::Mark,
-                    k::NFT_META_IIFNAME => Selector::IifName,
+                    kernel_consts::NFT_META_L4PROTO => Selector::L4Proto,
+                    kernel_consts::NFT_META_MARK => Selector::Mark,
+                    kernel_consts::NFT_META_IIFNAME => Selector::IifName,
                     _ => return None,
                 };
                 self.load(*dreg, Content::Sel(sel, sel.datatype().bytes() as u32));
@@ -186,14 +187,14 @@ impl Raising<'_> {
                 self.load(*dreg, Content::Sel(sel, *len));
                 Some(i + 1)
             }
-            LowExpr::Numgen { dreg, modulus, kind: k::NFT_NG_RANDOM, offset: 0 } => {
+            LowExpr::Numgen { dreg, modulus, kind: kernel_consts::NFT_NG_RANDOM, offset: 0 } => {
                 self.load(*dreg, Content::Sel(Selector::Numgen(*modulus), 4));
                 Some(i + 1)
             }
-            LowExpr::Fib { flags, result: k::NFT_FIB_RESULT_ADDRTYPE, dreg } => {
+            LowExpr::Fib { flags, result: kernel_consts::NFT_FIB_RESULT_ADDRTYPE, dreg } => {
                 let sel = match *flags {
-                    k::NFTA_FIB_F_SADDR => Selector::FibSaddrType,
-                    k::NFTA_FIB_F_DADDR => Selector::FibDaddrType,
+                    kernel_consts::NFTA_FIB_F_SADDR => Selector::FibSaddrType,
+                    kernel_consts::NFTA_FIB_F_DADDR => Selector::FibDaddrType,
                     _ => return None,
                 };
                 self.load(*dreg, Content::Sel(sel, 4));
@@ -201,14 +202,14 @@ impl Raising<'_> {
             }
             LowExpr::Ct { key, dreg } => {
                 let sel = match *key {
-                    k::NFT_CT_STATE => Selector::CtState,
-                    k::NFT_CT_STATUS => Selector::CtStatus,
+                    kernel_consts::NFT_CT_STATE => Selector::CtState,
+                    kernel_consts::NFT_CT_STATUS => Selector::CtStatus,
                     _ => return None,
                 };
                 self.load(*dreg, Content::Sel(sel, 4));
                 Some(i + 1)
             }
-            LowExpr::Immediate { dreg: k::NFT_REG_VERDICT, data: ImmData::Verdict(code, chain) } => {
+            LowExpr::Immediate { dreg: kernel_consts::NFT_REG_VERDICT, data: ImmData::Verdict(code, chain) } => {
                 self.items.push(Item::Stmt(Stmt::Verdict(verdict_of(*code, chain)?)));
                 Some(i + 1)
             }
@@ -271,7 +272,7 @@ impl Raising<'_> {
                 self.items.push(Item::Match(m));
                 Some(i + 1)
             }
-            LowExpr::MetaSet { key: k::NFT_META_NFTRACE, sreg } => {
+            LowExpr::MetaSet { key: kernel_consts::NFT_META_NFTRACE, sreg } => {
                 let Content::Data(flag) = self.take(*sreg)? else { return None };
                 if flag != [1] {
                     return None;
@@ -279,7 +280,7 @@ impl Raising<'_> {
                 self.items.push(Item::Stmt(Stmt::NfTrace));
                 Some(i + 1)
             }
-            LowExpr::MetaSet { key: k::NFT_META_MARK, sreg } => {
+            LowExpr::MetaSet { key: kernel_consts::NFT_META_MARK, sreg } => {
                 let Content::Masked(Selector::Mark, 4, mask, xor) = self.take(*sreg)? else { return None };
                 let (mask, xor) = (u32_of(&mask)?, u32_of(&xor)?);
                 let stmt = if mask == !xor {
@@ -305,7 +306,7 @@ impl Raising<'_> {
                             values.sort();
                             Item::Match(Match::InAnonSet { left: sel, values })
                         }
-                        (Some(k::NFT_REG_VERDICT), true, false) => {
+                        (Some(kernel_consts::NFT_REG_VERDICT), true, false) => {
                             let mut entries = values
                                 .into_iter()
                                 .zip(anon.elements.iter().map(|(_, v)| v.clone()))
@@ -327,7 +328,7 @@ impl Raising<'_> {
                         set: name.clone(),
                         op: if *invert { Op::Neq } else { Op::Eq },
                     })),
-                    Some(k::NFT_REG_VERDICT) if !invert => {
+                    Some(kernel_consts::NFT_REG_VERDICT) if !invert => {
                         self.items.push(Item::Stmt(Stmt::Vmap { key, map: name.clone() }))
                     }
                     Some(d) if !invert => self.load(*d, Content::MapResult(key, name.clone())),
@@ -338,15 +339,15 @@ impl Raising<'_> {
             // The kernel reports the range flags it derives from the registers given
             // (NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED); we send none.
             LowExpr::Nat {
-                kind: k::NFT_NAT_DNAT,
+                kind: kernel_consts::NFT_NAT_DNAT,
                 family,
                 reg_addr,
                 reg_proto: Some(reg_proto),
                 flags: None | Some(3),
             } => {
                 let family = match *family {
-                    k::NFPROTO_IPV4 => IpFamily::V4,
-                    k::NFPROTO_IPV6 => IpFamily::V6,
+                    kernel_consts::NFPROTO_IPV4 => IpFamily::V4,
+                    kernel_consts::NFPROTO_IPV6 => IpFamily::V6,
                     _ => return None,
                 };
                 let target = match self.take(*reg_addr)? {
@@ -363,7 +364,7 @@ impl Raising<'_> {
             LowExpr::Masq { flags } => {
                 let fully_random = match flags {
                     None => false,
-                    Some(k::NF_NAT_RANGE_PROTO_RANDOM_FULLY) => true,
+                    Some(kernel_consts::NF_NAT_RANGE_PROTO_RANDOM_FULLY) => true,
                     Some(_) => return None,
                 };
                 self.items.push(Item::Stmt(Stmt::Masquerade { fully_random }));
@@ -371,9 +372,11 @@ impl Raising<'_> {
             }
             LowExpr::Reject { kind, code } => {
                 let r = match (*kind, *code) {
-                    (k::NFT_REJECT_ICMPX_UNREACH, k::NFT_REJECT_ICMPX_PORT_UNREACH) => Reject::PortUnreachable,
-                    (k::NFT_REJECT_ICMP_UNREACH, k::ICMP_PORT_UNREACH) => Reject::Icmp,
-                    (k::NFT_REJECT_ICMP_UNREACH, k::ICMPV6_PORT_UNREACH) => Reject::Icmpv6,
+                    (kernel_consts::NFT_REJECT_ICMPX_UNREACH, kernel_consts::NFT_REJECT_ICMPX_PORT_UNREACH) => {
+                        Reject::PortUnreachable
+                    }
+                    (kernel_consts::NFT_REJECT_ICMP_UNREACH, kernel_consts::ICMP_PORT_UNREACH) => Reject::Icmp,
+                    (kernel_consts::NFT_REJECT_ICMP_UNREACH, kernel_consts::ICMPV6_PORT_UNREACH) => Reject::Icmpv6,
                     _ => return None,
                 };
                 self.items.push(Item::Stmt(Stmt::Reject(r)));
@@ -383,7 +386,7 @@ impl Raising<'_> {
                 self.items.push(Item::Stmt(Stmt::Counter));
                 Some(i + 1)
             }
-            LowExpr::Dynset { op: k::NFT_DYNSET_OP_UPDATE, sreg_key, set } => {
+            LowExpr::Dynset { op: kernel_consts::NFT_DYNSET_OP_UPDATE, sreg_key, set } => {
                 let Content::Sel(key, _) = self.take(*sreg_key)? else { return None };
                 self.items.push(Item::Stmt(Stmt::Update { set: set.clone(), key }));
                 Some(i + 1)

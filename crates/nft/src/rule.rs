@@ -4,7 +4,7 @@
 //! same tree is printed by `text`, lowered to kernel expressions by `lower`, raised back from a
 //! kernel dump by `raise`, and evaluated by `explain`.
 
-use crate::ruleset::{Blob, Datatype, Verdict, padded};
+use crate::primitives::{Blob, Datatype, Verdict, padded};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use verdict_model::{Cidr, IpFamily};
@@ -136,11 +136,11 @@ impl Value {
 }
 
 /// The routing type `local` that `fib ... type` compares against.
-pub const RTN_LOCAL: u32 = 2;
+pub(crate) const RTN_LOCAL: u32 = 2;
 
 /// Encodes a concatenation of values in the kernel's layout (each part padded to 4 bytes, a
 /// lone value unpadded).
-pub fn encode_concat(values: &[Value]) -> Blob {
+pub(crate) fn encode_concat(values: &[Value]) -> Blob {
     let mut buf = [0u8; Blob::MAX + 16];
     if let [single] = values {
         let n = single.encode_into(&mut buf);
@@ -154,7 +154,7 @@ pub fn encode_concat(values: &[Value]) -> Blob {
 }
 
 /// Decodes a concatenation laid out by [`encode_concat`].
-pub fn decode_concat(types: &[Datatype], blob: &[u8]) -> Option<Vec<Value>> {
+pub(crate) fn decode_concat(types: &[Datatype], blob: &[u8]) -> Option<Vec<Value>> {
     if let [single] = types {
         return Value::decode(*single, blob).map(|v| vec![v]);
     }
@@ -429,6 +429,6 @@ pub mod build {
 }
 
 /// `ct state new` bit.
-pub const CT_STATE_NEW: u32 = 8;
+pub(crate) const CT_STATE_NEW: u32 = 8;
 /// `ct status dnat` bit.
-pub const CT_STATUS_DNAT: u32 = 0x20;
+pub(crate) const CT_STATUS_DNAT: u32 = 0x20;

@@ -65,7 +65,7 @@ fn set_block(set: &Set) -> String {
 }
 
 /// `type ...` or `typeof ...` with the data part for maps.
-pub fn type_line(d: &SetDecl) -> String {
+pub(crate) fn type_line(d: &SetDecl) -> String {
     let key = match &d.key {
         KeySpec::Type(types) => format!("type {}", types.iter().map(|t| t.name()).collect::<Vec<_>>().join(" . ")),
         KeySpec::Typeof(sels) => format!("typeof {}", concat_expr(sels)),
@@ -177,7 +177,7 @@ fn chain_block(chain: &Chain) -> String {
 }
 
 /// `type nat hook prerouting priority dstnat; policy accept;`
-pub fn base_line(b: &BaseChain) -> String {
+pub(crate) fn base_line(b: &BaseChain) -> String {
     format!(
         "type {} hook {} priority {}; policy accept;",
         b.kind.name(),
@@ -248,7 +248,7 @@ fn flag_names(sel: &Selector, flags: u32) -> String {
 }
 
 /// One rule as nft prints it.
-pub fn rule_text(rule: &Rule) -> String {
+pub(crate) fn rule_text(rule: &Rule) -> String {
     let mut parts: Vec<String> = rule.items.iter().map(item_text).collect();
     if let Some(c) = &rule.comment {
         parts.push(format!("comment {}", quote(c)));
@@ -405,4 +405,30 @@ pub fn script(tx: &Transaction) -> String {
         }
     }
     out
+}
+
+// What a transaction says in logs and errors lives here with the rest of nft syntax, so that
+// `transaction` stays plain data and imports nothing back from this file.
+impl TxOp {
+    /// A short description for error messages: what, and on which object.
+    pub fn describe(&self) -> String {
+        match self {
+            TxOp::AddTable(t) => format!("add table {}", t.name),
+            TxOp::DeleteTable => "delete table".into(),
+            TxOp::AddChain { name, .. } => format!("add chain {name}"),
+            TxOp::FlushChain(name) => format!("flush chain {name}"),
+            TxOp::DeleteChain(name) => format!("delete chain {name}"),
+            TxOp::AddRule { chain, rule } => format!("add rule to chain {chain}: {}", rule_text(rule)),
+            TxOp::AddSet(d) => format!("add set {}", d.name),
+            TxOp::DeleteSet(name) => format!("delete set {name}"),
+            TxOp::AddElements { set, elements, .. } => format!("add {} element(s) to {set}", elements.len()),
+            TxOp::DeleteElements { set, keys, .. } => format!("delete {} element(s) from {set}", keys.len()),
+        }
+    }
+}
+
+impl std::fmt::Display for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&script(self))
+    }
 }

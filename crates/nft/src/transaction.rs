@@ -2,7 +2,6 @@
 
 use crate::rule::Rule;
 use crate::ruleset::{BaseChain, Blob, Elem, Elements, SetDecl, Table};
-use std::fmt;
 
 /// Elements to add: a list, or every element of a set (shared with the ruleset, not copied).
 #[derive(Clone, Debug, PartialEq)]
@@ -104,22 +103,6 @@ impl Op {
             _ => 1,
         }
     }
-
-    /// A short description for error messages: what, and on which object.
-    pub fn describe(&self) -> String {
-        match self {
-            Op::AddTable(t) => format!("add table {}", t.name),
-            Op::DeleteTable => "delete table".into(),
-            Op::AddChain { name, .. } => format!("add chain {name}"),
-            Op::FlushChain(name) => format!("flush chain {name}"),
-            Op::DeleteChain(name) => format!("delete chain {name}"),
-            Op::AddRule { chain, rule } => format!("add rule to chain {chain}: {}", crate::text::rule_text(rule)),
-            Op::AddSet(d) => format!("add set {}", d.name),
-            Op::DeleteSet(name) => format!("delete set {name}"),
-            Op::AddElements { set, elements, .. } => format!("add {} element(s) to {set}", elements.len()),
-            Op::DeleteElements { set, keys, .. } => format!("delete {} element(s) from {set}", keys.len()),
-        }
-    }
 }
 
 impl Transaction {
@@ -185,12 +168,6 @@ pub fn kernel_needs_deferred_chain_deletion(release: &str) -> bool {
     match (numbers.next().flatten(), numbers.next().flatten()) {
         (Some(major), Some(minor)) => (major, minor) < (6, 4),
         _ => true,
-    }
-}
-
-impl fmt::Display for Transaction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&crate::text::script(self))
     }
 }
 

@@ -8,7 +8,8 @@ use verdict_model::source::{
     Endpoint, EndpointPort, EndpointSlice, LoadBalancerIngress, Node, Service, ServicePortSpec,
 };
 use verdict_model::{Cidr, ProxyConfig, ProxyModel, ServiceCounters, build_model};
-use verdict_nft::render::counters::{CountedKeys, CountingSet};
+use verdict_nft::render::counted_keys::CountedKeys;
+use verdict_nft::render::counters::CountingSet;
 use verdict_nft::{RenderOptions, render};
 
 const LABEL: &str = "verdict.dev/count";

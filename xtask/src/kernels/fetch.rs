@@ -19,6 +19,12 @@ pub const KNOWN: &[Wanted] = &[
     Wanted { name: "6.12", suite: "trixie" },
 ];
 
+/// The names `--kernel` accepts: Debian's kernels this knows how to fetch. Here beside
+/// [`KNOWN`] so that `cli` can name them without importing `kernels`, which imports `cli`.
+pub fn known() -> impl Iterator<Item = &'static str> {
+    KNOWN.iter().map(|w| w.name)
+}
+
 /// A kernel to boot: its image, its release and its module tree (none when all is built in).
 #[derive(Clone, Debug)]
 pub struct Kernel {

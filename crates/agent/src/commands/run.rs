@@ -228,7 +228,7 @@ const BIND_RETRY: Duration = Duration::from_secs(5);
 /// again every 5 s, with one line per failure.
 async fn serve_or_retry<R>(addr: std::net::SocketAddr, routes: R, what: &'static str, hard_fail: bool) -> Result<()>
 where
-    R: Fn(&str) -> http::Reply + Send + Sync + 'static,
+    R: Fn(&str) -> http::RouteResponse + Send + Sync + 'static,
 {
     let routes = Arc::new(routes);
     let first = routes.clone();

@@ -1,23 +1,37 @@
 //! The answer of a health-check listener, and the HTTP serving of one listener.
 
-use super::server::Shared;
 use crate::health::ProxyHealth;
 use crate::http_serve::{self, Handler, Limits};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, X_CONTENT_TYPE_OPTIONS};
 use hyper::{Request, Response, StatusCode, body::Incoming};
+use std::fmt;
 use std::fmt::Write;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::net::TcpListener;
+
+/// What the listeners of one Service answer with; updated in place by `sync`.
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) namespace: String,
+    pub(super) name: String,
+    pub(super) local_endpoints: AtomicUsize,
+}
+
+impl fmt::Display for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
 
 /// The header telling load balancers how much traffic this node takes.
 const WEIGHT_HEADER: &str = "x-load-balancing-endpoint-weight";
 
 /// What a health-check listener answers, whatever the request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reply {
+pub struct HealthCheckReply {
     /// 200 or 503.
     pub code: u16,
     /// The JSON body.
@@ -26,14 +40,14 @@ pub struct Reply {
 
 /// The answer for a Service with `local_endpoints` local ready endpoints: 200 when there is at
 /// least one and the proxy is healthy, else 503.
-pub fn reply(namespace: &str, name: &str, local_endpoints: usize, proxy_healthy: bool) -> Reply {
+pub fn reply(namespace: &str, name: &str, local_endpoints: usize, proxy_healthy: bool) -> HealthCheckReply {
     let code = if local_endpoints > 0 && proxy_healthy { 200 } else { 503 };
     let body = format!(
         "{{\"service\":{{\"namespace\":{},\"name\":{}}},\"localEndpoints\":{local_endpoints},\"serviceProxyHealthy\":{proxy_healthy}}}",
         json_string(namespace),
         json_string(name)
     );
-    Reply { code, body }
+    HealthCheckReply { code, body }
 }
 
 /// A JSON string literal (Kubernetes names never need escaping, but stay correct anyway).
@@ -82,7 +96,7 @@ mod tests {
     fn the_body_is_upstreams_json() {
         assert_eq!(
             reply("default", "web", 2, true),
-            Reply {
+            HealthCheckReply {
                 code: 200,
                 body:
                     r#"{"service":{"namespace":"default","name":"web"},"localEndpoints":2,"serviceProxyHealthy":true}"#

@@ -20,7 +20,7 @@ mod http;
 mod server;
 mod targets;
 
-pub use http::{Reply, reply};
+pub use http::{HealthCheckReply, reply};
 pub use server::{FAILED_TO_START, ServiceHealthServer};
 pub use targets::{HealthTarget, health_targets};
 

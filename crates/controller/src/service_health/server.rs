@@ -1,6 +1,6 @@
 //! The listeners: opened, kept, retried and closed on each sync.
 
-use super::http::serve;
+use super::http::{Shared, serve};
 use super::targets::HealthTarget;
 use crate::health::ProxyHealth;
 use crate::sync::ProblemNotice;
@@ -26,20 +26,6 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// The Event reason upstream kube-proxy uses when a health check port cannot be opened.
 pub const FAILED_TO_START: &str = "FailedToStartServiceHealthcheck";
-
-/// What the listeners of one Service answer with; updated in place by `sync`.
-#[derive(Debug)]
-pub(super) struct Shared {
-    pub(super) namespace: String,
-    pub(super) name: String,
-    pub(super) local_endpoints: AtomicUsize,
-}
-
-impl fmt::Display for Shared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// One Service's listeners.
 #[derive(Debug)]

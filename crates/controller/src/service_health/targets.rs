@@ -84,7 +84,30 @@ mod tests {
         }
     }
 
-    fn ep(addr: &str, port: u16, is_local: bool, ready: bool, serving: bool, terminating: bool) -> Endpoint {
+    /// An endpoint's conditions and where it runs, by name: [`ep`] took them as four
+    /// positional booleans, which a reader could not tell apart.
+    #[derive(Clone, Copy, Default)]
+    struct State {
+        ready: bool,
+        serving: bool,
+        terminating: bool,
+        local: bool,
+    }
+
+    /// Ready (and so serving), not terminating, on another node.
+    const READY: State = State { ready: true, serving: true, terminating: false, local: false };
+    /// Terminating but still serving: used when no endpoint is ready.
+    const SERVING_TERMINATING: State = State { ready: false, serving: true, terminating: true, local: false };
+
+    impl State {
+        /// The same, on this node.
+        fn local(self) -> State {
+            State { local: true, ..self }
+        }
+    }
+
+    fn ep(addr: &str, port: u16, state: State) -> Endpoint {
+        let State { ready, serving, terminating, local: is_local } = state;
         Endpoint { target: EndpointTarget { addr: addr.parse().unwrap(), port }, ready, serving, terminating, is_local }
     }
 
@@ -108,7 +131,7 @@ mod tests {
             "",
             true,
             Some(32000),
-            vec![ep("10.244.1.5", 8080, true, true, true, false), ep("10.244.2.5", 8080, false, true, true, false)],
+            vec![ep("10.244.1.5", 8080, READY.local()), ep("10.244.2.5", 8080, READY)],
         )]);
         assert_eq!(health_targets(&m), vec![target("default", "web", 32000, 1)]);
     }
@@ -116,8 +139,8 @@ mod tests {
     #[test]
     fn two_ports_with_the_same_local_pod_ip_count_once() {
         let m = model(vec![
-            port("default", "web", "http", true, Some(32000), vec![ep("10.244.1.5", 8080, true, true, true, false)]),
-            port("default", "web", "https", true, Some(32000), vec![ep("10.244.1.5", 8443, true, true, true, false)]),
+            port("default", "web", "http", true, Some(32000), vec![ep("10.244.1.5", 8080, READY.local())]),
+            port("default", "web", "https", true, Some(32000), vec![ep("10.244.1.5", 8443, READY.local())]),
         ]);
         assert_eq!(health_targets(&m), vec![target("default", "web", 32000, 1)]);
     }
@@ -125,14 +148,14 @@ mod tests {
     #[test]
     fn distinct_local_pod_ips_across_ports_are_all_counted() {
         let m = model(vec![
-            port("default", "web", "http", true, Some(32000), vec![ep("10.244.1.5", 8080, true, true, true, false)]),
+            port("default", "web", "http", true, Some(32000), vec![ep("10.244.1.5", 8080, READY.local())]),
             port(
                 "default",
                 "web",
                 "https",
                 true,
                 Some(32000),
-                vec![ep("10.244.1.5", 8443, true, true, true, false), ep("fd00::5", 8443, true, true, true, false)],
+                vec![ep("10.244.1.5", 8443, READY.local()), ep("fd00::5", 8443, READY.local())],
             ),
         ]);
         assert_eq!(health_targets(&m), vec![target("default", "web", 32000, 2)]);
@@ -146,7 +169,10 @@ mod tests {
             "",
             true,
             Some(32000),
-            vec![ep("10.244.1.5", 8080, true, false, true, true), ep("10.244.1.6", 8080, true, true, true, true)],
+            vec![
+                ep("10.244.1.5", 8080, SERVING_TERMINATING.local()),
+                ep("10.244.1.6", 8080, State { ready: true, serving: true, terminating: true, local: true }),
+            ],
         )]);
         assert_eq!(health_targets(&m), vec![target("default", "web", 32000, 0)]);
     }
@@ -159,7 +185,7 @@ mod tests {
             "",
             true,
             Some(32000),
-            vec![ep("10.244.2.5", 8080, false, true, true, false), ep("10.244.3.5", 8080, false, true, true, false)],
+            vec![ep("10.244.2.5", 8080, READY), ep("10.244.3.5", 8080, READY)],
         )]);
         assert_eq!(health_targets(&m), vec![target("default", "web", 32000, 0)]);
     }
@@ -172,14 +198,14 @@ mod tests {
             "",
             true,
             Some(32000),
-            vec![ep("10.244.1.5", 8080, true, false, false, false)],
+            vec![ep("10.244.1.5", 8080, State { local: true, ..State::default() })],
         )]);
         assert_eq!(health_targets(&m), vec![target("default", "web", 32000, 0)]);
     }
 
     #[test]
     fn cluster_policy_or_no_health_check_port_has_no_target() {
-        let local_ep = || vec![ep("10.244.1.5", 8080, true, true, true, false)];
+        let local_ep = || vec![ep("10.244.1.5", 8080, READY.local())];
         let m = model(vec![
             port("default", "cluster", "", false, Some(32000), local_ep()),
             port("default", "no-port", "", true, None, local_ep()),
@@ -191,9 +217,9 @@ mod tests {
     #[test]
     fn targets_are_one_per_service_and_sorted() {
         let m = model(vec![
-            port("b", "web", "", true, Some(32002), vec![ep("10.244.1.7", 80, true, true, true, false)]),
+            port("b", "web", "", true, Some(32002), vec![ep("10.244.1.7", 80, READY.local())]),
             port("a", "web", "udp", true, Some(32001), vec![]),
-            port("a", "web", "tcp", true, Some(32001), vec![ep("10.244.1.6", 80, true, true, true, false)]),
+            port("a", "web", "tcp", true, Some(32001), vec![ep("10.244.1.6", 80, READY.local())]),
             port("a", "api", "", true, Some(32000), vec![]),
         ]);
         assert_eq!(

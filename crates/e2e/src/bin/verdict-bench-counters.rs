@@ -29,7 +29,8 @@ use verdict_model::source::Endpoint;
 use verdict_model::{ServiceCounters, build_model};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::netlink::counters::ServiceCount;
-use verdict_nft::render::counters::{CountedKeys, Outcome};
+use verdict_nft::render::counted_keys::CountedKeys;
+use verdict_nft::render::counters::Outcome;
 use verdict_nft::{RenderOptions, diff, render};
 
 const PROBE_ENDPOINT: &str = "10.255.0.1";

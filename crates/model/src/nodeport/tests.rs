@@ -1,5 +1,7 @@
 use super::*;
+use crate::proxy_model::ProxyModel;
 use crate::types::{NodeFacts, ProxyConfig};
+use std::net::IpAddr;
 
 fn cidr(s: &str) -> Cidr {
     Cidr::parse_tolerant(s).unwrap()

@@ -4,7 +4,7 @@
 use super::elements::{self, ElemRef};
 use super::sys::{self, ChainWire, Hdr, RuleWire, Scratch, SetWire};
 use super::{EncodedBatch, FIRST_SEQ, framing, udata};
-use crate::low::LowRule;
+use crate::kernel_expr::LowRule;
 use crate::lower::lower;
 use crate::ruleset::{Blob, DataSpec, Elem, ElemData, SetDecl, Verdict, concat_len, concat_type_id};
 use crate::transaction::{Op, Transaction};
@@ -58,7 +58,7 @@ fn set_wire(decl: &SetDecl, id: u32) -> SetWire {
 }
 
 fn verdict_code(v: &Verdict) -> (i32, Option<&str>) {
-    use crate::low::k;
+    use crate::kernel_consts as k;
     match v {
         Verdict::Accept => (k::NF_ACCEPT, None),
         Verdict::Drop => (k::NF_DROP, None),

@@ -109,15 +109,15 @@ fn selector_udata(sel: &Selector) -> (u32, Vec<u8>) {
             EXPR_PAYLOAD
         }
         Selector::L4Proto => {
-            tlv_u32(&mut data, 0, crate::low::k::NFT_META_L4PROTO);
+            tlv_u32(&mut data, 0, crate::kernel_consts::NFT_META_L4PROTO);
             EXPR_META
         }
         Selector::Mark => {
-            tlv_u32(&mut data, 0, crate::low::k::NFT_META_MARK);
+            tlv_u32(&mut data, 0, crate::kernel_consts::NFT_META_MARK);
             EXPR_META
         }
         Selector::Numgen(modulus) => {
-            tlv_u32(&mut data, 0, crate::low::k::NFT_NG_RANDOM);
+            tlv_u32(&mut data, 0, crate::kernel_consts::NFT_NG_RANDOM);
             tlv_u32(&mut data, 1, *modulus);
             tlv_u32(&mut data, 2, 0);
             EXPR_NUMGEN
@@ -140,11 +140,13 @@ fn selector_from_udata(kind: u32, data: &[u8]) -> Option<Selector> {
             _ => return None,
         },
         EXPR_META => match get(0)? {
-            crate::low::k::NFT_META_L4PROTO => Selector::L4Proto,
-            crate::low::k::NFT_META_MARK => Selector::Mark,
+            crate::kernel_consts::NFT_META_L4PROTO => Selector::L4Proto,
+            crate::kernel_consts::NFT_META_MARK => Selector::Mark,
             _ => return None,
         },
-        EXPR_NUMGEN if get(0)? == crate::low::k::NFT_NG_RANDOM && get(2).unwrap_or(0) == 0 => Selector::Numgen(get(1)?),
+        EXPR_NUMGEN if get(0)? == crate::kernel_consts::NFT_NG_RANDOM && get(2).unwrap_or(0) == 0 => {
+            Selector::Numgen(get(1)?)
+        }
         _ => return None,
     })
 }

@@ -11,10 +11,13 @@
 //! renders a whole table ([`render`]) or one Service's share of it (for incremental syncs, see
 //! `crate::desired`).
 
+pub mod counted_keys;
 pub mod counters;
 mod key_counts;
-pub mod names;
+mod matches;
+pub(crate) mod names;
 mod own;
+mod port_view;
 mod scaffold;
 pub(crate) mod service;
 
@@ -41,7 +44,7 @@ impl Default for RenderOptions {
 }
 
 /// The smallest capacity a set is created with.
-pub const MIN_CAPACITY: u32 = 1024;
+pub(crate) const MIN_CAPACITY: u32 = 1024;
 
 /// The capacity a set holding `count` elements is created with: room to double before it must
 /// be recreated. The kernel sizes a fixed hash table for it, which loads 2.5x faster than a
@@ -132,7 +135,7 @@ fn render_split(model: &ProxyModel, opts: &RenderOptions, count: bool, parallel:
 
 /// The scaffolding alone: base chains, dispatch chains and the (empty) sets they use, plus the
 /// node's NodePort addresses.
-pub fn scaffold(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
+pub(crate) fn scaffold(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
     let mut rs = Ruleset::new(Table { name: opts.table.clone(), ..Table::default() });
     scaffold::render(model, &model.families(), &mut rs);
     for set in rs.sets.values_mut() {
@@ -145,7 +148,7 @@ pub fn scaffold(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
 /// it picks one of them through its endpoint map, after setting the masquerade mark when
 /// `masquerade` is set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Class {
+pub(crate) struct Class {
     /// Service addresses (ClusterIP, external, load balancer), or NodePorts.
     pub kind: ClassKind,
     /// Address family.
@@ -158,7 +161,7 @@ pub struct Class {
 
 /// What a [`Class`] dispatches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ClassKind {
+pub(crate) enum ClassKind {
     /// Keyed by destination address, protocol and port.
     Address,
     /// Keyed by protocol and NodePort.
@@ -167,7 +170,7 @@ pub enum ClassKind {
 
 /// The endpoint map a [`Class`] DNATs through (shared by its plain and masquerading chains).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MapClass {
+pub(crate) struct MapClass {
     /// Keyed by address or by NodePort.
     pub kind: ClassKind,
     /// Address family.

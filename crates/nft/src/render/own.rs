@@ -11,9 +11,9 @@
 //! families; endpoint chains differ by address anyway).
 
 use super::Sink;
+use super::matches::pod_item;
 use super::names::{endpoint_base, family_name, service_chain};
-use super::scaffold::pod_item;
-use super::service::PortView;
+use super::port_view::PortView;
 use crate::rule::build::{goto, in_set, is, stmt};
 use crate::rule::{DnatTarget, Op, Rule, Selector, Stmt, Value};
 use crate::ruleset::{Chain, Datatype, KeySpec, SetDecl, Verdict};

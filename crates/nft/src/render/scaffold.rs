@@ -2,13 +2,13 @@
 //! priority contract, the dispatch chains, and the sets they consult.
 
 use super::counters::{self, Outcome};
+use super::matches::{not_loopback, pod_item, to_nodeport_address};
 use super::names::*;
 use super::{addr_key, addr_vmap, port_vmap};
 use crate::rule::build::*;
 use crate::rule::{Item, Match, Op, Reject, Rule, Selector, Stmt, Value, encode_concat};
 use crate::ruleset::{Chain, ChainKind, Datatype, Elem, Hook, KeySpec, Ruleset, Set, SetDecl};
-use std::net::{Ipv4Addr, Ipv6Addr};
-use verdict_model::{Cidr, IpFamily, PodMatch, ProxyModel};
+use verdict_model::{IpFamily, ProxyModel};
 
 /// Priorities of the hook contract (docs/design.md): the source-range firewall before DNAT,
 /// DNAT at dstnat, no-endpoint checks at filter, masquerade at srcnat.
@@ -16,38 +16,6 @@ const PRE_DNAT: i32 = -110;
 const DSTNAT: i32 = -100;
 const FILTER: i32 = 0;
 const SRCNAT: i32 = 100;
-
-/// The match that tells pod traffic apart (`!=`: not from a pod).
-pub(crate) fn pod_item(pod: &PodMatch, family: IpFamily, op: Op) -> Item {
-    match pod {
-        PodMatch::Cidr(c) => in_net(Selector::Saddr(family), op, *c),
-        PodMatch::Interface(name) => {
-            Item::Match(Match::Cmp { left: Selector::IifName, op, right: Value::Ifname(name.clone()) })
-        }
-        PodMatch::InterfacePrefix(p) => Item::Match(Match::IfnamePrefix { op, prefix: p.clone() }),
-    }
-}
-
-/// The matches for "the destination accepts NodePort traffic" in family `f`: an address of
-/// `nodeport-ips`, or, when every local address does, upstream's `fib daddr type local` with
-/// loopback left out (localhost NodePorts are not supported). The `fib` test follows the
-/// node's addresses as they change, with no resync.
-pub(crate) fn to_nodeport_address(model: &ProxyModel, f: IpFamily) -> Vec<Item> {
-    if model.config.nodeport_addresses.all_local(f) {
-        vec![is(Selector::FibDaddrType, Value::Local), not_loopback(f)]
-    } else {
-        vec![in_set(&[Selector::Daddr(f)], &family_name(NODEPORT_IPS, f))]
-    }
-}
-
-/// `ip daddr != 127.0.0.0/8`, `ip6 daddr != ::1`: upstream's words, which also tie a `fib`
-/// rule to its family in the one `inet` table.
-fn not_loopback(f: IpFamily) -> Item {
-    match f {
-        IpFamily::V4 => in_net(Selector::Daddr(f), Op::Neq, Cidr::new(Ipv4Addr::LOCALHOST.into(), 8).expect("/8")),
-        IpFamily::V6 => is_not(Selector::Daddr(f), Value::Addr(Ipv6Addr::LOCALHOST.into())),
-    }
-}
 
 fn declare(rs: &mut Ruleset, decl: SetDecl) {
     rs.sets.insert(decl.name.clone(), Set::new(decl));

@@ -6,28 +6,15 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-const NLMSG_HDRLEN: usize = 16;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-/// NFT_MSG_TRACE.
-const MSG_TRACE: u16 = 17;
-
-// enum nft_trace_attributes
-const ATTR_TABLE: u16 = 1;
-const ATTR_CHAIN: u16 = 2;
-const ATTR_RULE_HANDLE: u16 = 3;
-const ATTR_TYPE: u16 = 4;
-const ATTR_VERDICT: u16 = 5;
-const ATTR_ID: u16 = 6;
-const ATTR_NETWORK_HEADER: u16 = 8;
-const ATTR_TRANSPORT_HEADER: u16 = 9;
-const ATTR_IIF: u16 = 10;
-const ATTR_OIF: u16 = 12;
-const ATTR_MARK: u16 = 14;
-const ATTR_NFPROTO: u16 = 15;
-const ATTR_POLICY: u16 = 16;
-// enum nft_verdict_attributes
-const VERDICT_CODE: u16 = 1;
-const VERDICT_CHAIN: u16 = 2;
+use verdict_netlink::NLMSG_HDRLEN;
+use verdict_netlink::consts::{
+    NFNL_SUBSYS_NFTABLES, NFT_MSG_TRACE as MSG_TRACE, NFTA_TRACE_CHAIN as ATTR_CHAIN, NFTA_TRACE_ID as ATTR_ID,
+    NFTA_TRACE_IIF as ATTR_IIF, NFTA_TRACE_MARK as ATTR_MARK, NFTA_TRACE_NETWORK_HEADER as ATTR_NETWORK_HEADER,
+    NFTA_TRACE_NFPROTO as ATTR_NFPROTO, NFTA_TRACE_OIF as ATTR_OIF, NFTA_TRACE_POLICY as ATTR_POLICY,
+    NFTA_TRACE_RULE_HANDLE as ATTR_RULE_HANDLE, NFTA_TRACE_TABLE as ATTR_TABLE,
+    NFTA_TRACE_TRANSPORT_HEADER as ATTR_TRANSPORT_HEADER, NFTA_TRACE_TYPE as ATTR_TYPE,
+    NFTA_TRACE_VERDICT as ATTR_VERDICT, NFTA_VERDICT_CHAIN as VERDICT_CHAIN, NFTA_VERDICT_CODE as VERDICT_CODE,
+};
 
 /// Why a message could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -188,21 +175,11 @@ pub fn proto_name(proto: u8) -> String {
 /// nf_tables notification) are skipped.
 pub fn decode(datagram: &[u8]) -> Result<Vec<TraceEvent>, DecodeError> {
     let mut out = Vec::new();
-    let mut at = 0;
-    while at < datagram.len() {
-        let rest = &datagram[at..];
-        if rest.len() < NLMSG_HDRLEN {
-            return Err(DecodeError::Truncated("netlink header"));
+    for msg in verdict_netlink::Messages::new(datagram) {
+        let msg = msg.map_err(|_| DecodeError::Truncated("netlink message"))?;
+        if msg.header.kind == (NFNL_SUBSYS_NFTABLES << 8) | MSG_TRACE {
+            out.push(decode_message(msg.bytes)?);
         }
-        let len = u32::from_ne_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
-        if len < NLMSG_HDRLEN || len > rest.len() {
-            return Err(DecodeError::Truncated("netlink message"));
-        }
-        let kind = u16::from_ne_bytes([rest[4], rest[5]]);
-        if kind == (NFNL_SUBSYS_NFTABLES << 8) | MSG_TRACE {
-            out.push(decode_message(&rest[..len])?);
-        }
-        at += align4(len);
     }
     Ok(out)
 }
@@ -280,29 +257,9 @@ fn verdict(nested: &[u8]) -> Result<TraceVerdict, DecodeError> {
 }
 
 /// Netlink attributes: (type without the nested/byte-order flags, value).
-fn attrs(mut b: &[u8]) -> impl Iterator<Item = Result<(u16, &[u8]), DecodeError>> {
-    std::iter::from_fn(move || {
-        if b.is_empty() {
-            return None;
-        }
-        if b.len() < 4 {
-            b = &[];
-            return Some(Err(DecodeError::Truncated("attribute header")));
-        }
-        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
-        let ty = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
-        if len < 4 || len > b.len() {
-            b = &[];
-            return Some(Err(DecodeError::Truncated("attribute")));
-        }
-        let value = &b[4..len];
-        b = &b[align4(len).min(b.len())..];
-        Some(Ok((ty, value)))
-    })
-}
-
-fn align4(n: usize) -> usize {
-    n.div_ceil(4) * 4
+fn attrs(b: &[u8]) -> impl Iterator<Item = Result<(u16, &[u8]), DecodeError>> {
+    verdict_netlink::Attrs::new(b)
+        .map(|a| a.map(|a| (a.ty, a.payload)).map_err(|_| DecodeError::Truncated("attribute")))
 }
 
 fn fixed<const N: usize>(v: &[u8], what: &'static str) -> Result<[u8; N], DecodeError> {
@@ -326,7 +283,7 @@ pub(crate) mod tests {
         out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
         out.extend_from_slice(&ty.to_ne_bytes());
         out.extend_from_slice(value);
-        out.resize(align4(out.len()), 0);
+        out.resize(verdict_netlink::align(out.len()), 0);
     }
 
     /// A trace message laid out as the kernel sends it (nf_tables_trace.c): strings with their

@@ -2,7 +2,7 @@
 //! elements, and dump requests.
 
 use super::{ChainWire, ElemWire, Hdr, Owned, RuleWire, Scratch, SetWire, cstring};
-use crate::low::{ImmData, LowExpr, SetRef};
+use crate::kernel_expr::{ImmData, LowExpr, SetRef};
 use nftnl::nftnl_sys as sys;
 use std::ffi::CStr;
 use verdict_netlink::consts::{

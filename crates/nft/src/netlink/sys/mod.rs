@@ -17,7 +17,7 @@ pub(crate) use build::{put_chain, put_dump_request, put_elems, put_rule, put_set
 pub(crate) use parse::{parse_chain, parse_elems, parse_genid, parse_rule, parse_set, parse_table};
 pub(crate) use socket::{Socket, set_membership};
 
-use crate::low::LowExpr;
+use crate::kernel_expr::LowExpr;
 use nftnl::nftnl_sys as sys;
 use nftnl::nftnl_sys::libc;
 use std::ffi::{CString, c_char};

@@ -1,7 +1,7 @@
 //! Reading dumped messages with libnftnl into wire structs.
 
 use super::{ChainWire, ElemWire, Owned, RuleWire, Scratch, SetWire};
-use crate::low::{ImmData, LowExpr, SetRef};
+use crate::kernel_expr::{ImmData, LowExpr, SetRef};
 use nftnl::nftnl_sys as sys;
 use nftnl::nftnl_sys::libc;
 use std::ffi::{CStr, c_char, c_void};
