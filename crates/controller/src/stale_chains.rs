@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use verdict_nft::Transaction;
 use verdict_nft::netlink::NetlinkError;
+use verdict_nft::{Staging, Transaction};
 
 /// How long a flushed chain waits before it is deleted (upstream waits one second).
 pub const STALE_CHAIN_DELAY: Duration = Duration::from_secs(1);
@@ -32,10 +32,10 @@ impl StaleChains {
         StaleChains { deferring, flushed: BTreeMap::new() }
     }
 
-    /// When deferring, takes the chain deletions out of `tx`; hand them to [`Self::flushed`]
-    /// once `tx` has committed.
-    pub fn split(&self, tx: &mut Transaction) -> Vec<String> {
-        if self.deferring { tx.take_chain_deletions() } else { Vec::new() }
+    /// How plans are staged for this kernel: with chain deletions deferred or not. Hand the
+    /// chains a staged transaction deferred to [`Self::flushed`] once it has committed.
+    pub fn staging(&self) -> Staging {
+        Staging { defer_chain_deletion: self.deferring }
     }
 
     /// Records chains a committed transaction flushed instead of deleting.
@@ -84,31 +84,11 @@ mod tests {
     use super::*;
     use verdict_nft::transaction::Op;
 
-    fn tx_deleting(chains: &[&str]) -> Transaction {
-        let mut tx = Transaction::new("kube-proxy");
-        for c in chains {
-            tx.ops.push(Op::FlushChain(c.to_string()));
-            tx.ops.push(Op::DeleteChain(c.to_string()));
-        }
-        tx
-    }
-
-    #[test]
-    fn without_deferring_a_transaction_is_left_alone() {
-        let stale = StaleChains::new(false);
-        let mut tx = tx_deleting(&["a"]);
-        assert!(stale.split(&mut tx).is_empty());
-        assert_eq!(tx.ops.len(), 2);
-    }
-
     #[test]
     fn deferred_chains_are_deleted_after_the_delay_unless_wanted_again() {
         let mut stale = StaleChains::new(true);
-        let mut tx = tx_deleting(&["a", "b"]);
         let t0 = Instant::now();
-        let deferred = stale.split(&mut tx);
-        assert_eq!(tx.ops, vec![Op::FlushChain("a".into()), Op::FlushChain("b".into())]);
-        stale.flushed(deferred, t0);
+        stale.flushed(vec!["a".into(), "b".into()], t0);
         assert_eq!(stale.due_at(), Some(t0 + STALE_CHAIN_DELAY));
 
         assert!(stale.take_due("kube-proxy", t0 + Duration::from_millis(500)).is_none(), "too early");
@@ -123,11 +103,11 @@ mod tests {
         let busy =
             |op: &str, errno| NetlinkError::Rejected { index: 7, op: op.to_string(), errno, detail: None, others: 0 };
         let mut stale = StaleChains::new(false);
+        assert!(!stale.staging().defer_chain_deletion);
         assert!(!stale.learn(&busy("delete chain x", nix::errno::Errno::ENOENT)));
         assert!(!stale.learn(&busy("delete set x", nix::errno::Errno::EBUSY)));
         assert!(stale.learn(&busy("delete chain x", nix::errno::Errno::EBUSY)), "was still off");
         assert!(!stale.learn(&busy("delete chain y", nix::errno::Errno::EBUSY)), "already on");
-        let mut tx = tx_deleting(&["a"]);
-        assert_eq!(stale.split(&mut tx), vec!["a".to_string()], "on: deletions are deferred");
+        assert!(stale.staging().defer_chain_deletion, "on: deletions are deferred");
     }
 }

@@ -25,6 +25,7 @@ pub mod render;
 pub mod rule;
 pub mod ruleset;
 pub mod snapshot;
+pub mod staging;
 pub mod text;
 pub mod trace;
 pub mod transaction;
@@ -34,6 +35,7 @@ pub use diff::{Plan, diff};
 pub use kernel::Kernel;
 pub use render::{RenderOptions, render};
 pub use ruleset::Ruleset;
+pub use staging::{Staged, Staging};
 pub use transaction::Transaction;
 
 /// A `HashMap` for the maps the renderer and the desired table consult once per element (a

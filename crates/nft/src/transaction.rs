@@ -130,7 +130,7 @@ impl Transaction {
     /// the elements of an anonymous vmap keep their chains in use until the set is destroyed,
     /// after the commit, so deleting those chains in the transaction that flushes the vmap's
     /// rule fails with `EBUSY`.
-    pub fn take_chain_deletions(&mut self) -> Vec<String> {
+    pub(crate) fn take_chain_deletions(&mut self) -> Vec<String> {
         let added: std::collections::BTreeSet<String> = self
             .ops
             .iter()

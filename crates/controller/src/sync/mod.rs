@@ -34,7 +34,7 @@ use verdict_nft::Transaction;
 use verdict_nft::netlink::monitor::MonitorGate;
 use verdict_nft::netlink::{CommitStats, Netlink, NetlinkError};
 use verdict_nft::snapshot::Snapshot;
-use verdict_nft::{DesiredTable, Kernel, RenderOptions, diff};
+use verdict_nft::{DesiredTable, Kernel, RenderOptions, Staged};
 
 /// Timing and naming of the sync loop.
 #[derive(Clone, Debug)]

@@ -44,8 +44,7 @@ impl<K: Kernel> SyncLoop<K> {
             }
             phases.render = mark.elapsed();
             let mark = Instant::now();
-            let mut tx = table.plan();
-            let deferred = self.stale_chains.split(&mut tx);
+            let Staged { transaction: tx, deferred_chains: deferred } = self.stale_chains.staging().stage(table.plan());
             report.objects += tx.object_count();
             phases.plan = mark.elapsed();
             let mark = Instant::now();
@@ -119,38 +118,31 @@ impl<K: Kernel> SyncLoop<K> {
                 _ => self.nl.read(&self.cfg.table, &Snapshot::default()),
             };
             phases.read += mark.elapsed();
-            let mut current = current.map_err(SyncFailure::Read)?;
-            let read_at = current.as_ref().and_then(|c| c.generation);
-            if let Some(c) = &mut current {
-                for f in &c.foreign {
-                    tracing::warn!("replacing an object verdict did not write: {f}");
-                }
-                // A `verdict trace` in progress is left alone; one that died without
-                // removing its chains is deleted once their deadline has passed.
-                for (chain, until) in verdict_nft::trace::chains::set_aside_live(&mut c.ruleset, unix_now()) {
-                    tracing::info!("leaving chain {chain} of a running `verdict trace` in place");
-                    self.traces.insert(chain, until);
-                }
-            }
+            let current = current.map_err(SyncFailure::Read)?;
             let mark = Instant::now();
-            let mut plan = diff(current.as_ref().map(|c| &c.ruleset), table.ruleset());
-            // The table as read (at a restart, all of it) is not needed once compared: it
-            // goes before the batch is encoded, not after.
-            drop(current);
-            let deferred = self.stale_chains.split(&mut plan.transaction);
-            let objects = plan.transaction.object_count();
+            // The table as read (at a restart, all of it) goes into the plan, and is dropped
+            // once compared: before the batch is encoded, not after.
+            let plan = self.stale_chains.staging().reconcile(current, table.ruleset(), unix_now());
+            for f in &plan.foreign {
+                tracing::warn!("replacing an object verdict did not write: {f}");
+            }
+            for (chain, until) in &plan.live_traces {
+                tracing::info!("leaving chain {chain} of a running `verdict trace` in place");
+                self.traces.insert(chain.clone(), *until);
+            }
+            let objects = plan.staged.transaction.object_count();
             phases.plan += mark.elapsed();
             if objects >= self.cfg.release_before_objects {
                 self.release_memory();
             }
             let mark = Instant::now();
-            let committed = self.commit_planned(&plan.transaction, read_at);
+            let committed = self.commit_planned(&plan.staged.transaction, plan.read_at);
             phases.commit += mark.elapsed();
             match committed {
                 Ok(stats) => {
                     report.objects += objects;
                     report.bytes += stats.bytes;
-                    self.stale_chains.flushed(deferred, Instant::now());
+                    self.stale_chains.flushed(plan.staged.deferred_chains, Instant::now());
                     table.adopt(plan.result);
                     return Ok(());
                 }
