@@ -62,6 +62,20 @@ fn start_loop(ns: &Netns, defer_chain_deletion: bool, watched: bool) -> Running 
 /// Starts a sync loop that asks for freed memory to be returned before a transaction of
 /// `release_before` objects or more.
 fn start_configured(ns: &Netns, defer_chain_deletion: bool, watched: bool, release_before: usize) -> Running {
+    let cfg = SyncConfig { defer_chain_deletion, release_before_objects: release_before, ..SyncConfig::default() };
+    start_loop_with(ns, cfg, watched)
+}
+
+/// Starts a watched sync loop that saves its table's state in `state_dir` at
+/// [`Event::Shutdown`] and adopts it at start, with a periodic full sync every `full_every`.
+fn start_stateful(ns: &Netns, state_dir: &std::path::Path, full_every: Duration) -> Running {
+    let cfg =
+        SyncConfig { full_sync_period: full_every, state_dir: Some(state_dir.to_path_buf()), ..SyncConfig::default() };
+    start_loop_with(ns, cfg, true)
+}
+
+/// Starts a sync loop configured as `cfg` (with short sync periods), its netlink socket in `ns`.
+fn start_loop_with(ns: &Netns, cfg: SyncConfig, watched: bool) -> Running {
     let (tx, rx) = verdict_controller::event::queue();
     let monitor_tx = watched.then(|| tx.clone());
     let (rtx, reports) = channel();
@@ -71,13 +85,8 @@ fn start_configured(ns: &Netns, defer_chain_deletion: bool, watched: bool, relea
     let thread = std::thread::spawn(move || {
         let f = std::fs::File::open(&path).unwrap();
         nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let cfg = SyncConfig {
-            min_sync_period: Duration::from_millis(50),
-            sync_period: Duration::from_millis(400),
-            defer_chain_deletion,
-            release_before_objects: release_before,
-            ..SyncConfig::default()
-        };
+        let cfg =
+            SyncConfig { min_sync_period: Duration::from_millis(50), sync_period: Duration::from_millis(400), ..cfg };
         let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
         let mut l = SyncLoop::new(ModelCache::new(config(), "bench"), Netlink::open().unwrap(), cfg, health)
             .with_reports(rtx)
@@ -90,35 +99,6 @@ fn start_configured(ns: &Netns, defer_chain_deletion: bool, watched: bool, relea
         l.run(rx).unwrap();
     });
     Running { tx, reports, releases, thread: Some(thread) }
-}
-
-/// Starts a watched sync loop that saves its table's state in `state_dir` at
-/// [`Event::Shutdown`] and adopts it at start, with a periodic full sync every `full_every`.
-fn start_stateful(ns: &Netns, state_dir: &std::path::Path, full_every: Duration) -> Running {
-    let (tx, rx) = verdict_controller::event::queue();
-    let monitor_tx = tx.clone();
-    let (rtx, reports) = channel();
-    let path = format!("/run/netns/{}", ns.name());
-    let state_dir = state_dir.to_path_buf();
-    let thread = std::thread::spawn(move || {
-        let f = std::fs::File::open(&path).unwrap();
-        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let cfg = SyncConfig {
-            min_sync_period: Duration::from_millis(50),
-            sync_period: Duration::from_millis(400),
-            full_sync_period: full_every,
-            state_dir: Some(state_dir),
-            ..SyncConfig::default()
-        };
-        let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
-        let gate = verdict_controller::drift::watch_table("kube-proxy", monitor_tx).unwrap();
-        SyncLoop::new(ModelCache::new(config(), "bench"), Netlink::open().unwrap(), cfg, health)
-            .with_reports(rtx)
-            .with_monitor(gate)
-            .run(rx)
-            .unwrap();
-    });
-    Running { tx, reports, releases: Arc::default(), thread: Some(thread) }
 }
 
 impl Running {
