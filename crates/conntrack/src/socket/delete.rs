@@ -3,7 +3,7 @@
 use super::Conntrack;
 use crate::entry::Entry;
 use crate::error::{ConntrackError, Errno, Operation};
-use crate::wire::reply::{Messages, Reply};
+use crate::wire::reply::{CtMessage, Messages};
 use crate::wire::request::delete_request;
 use std::collections::HashSet;
 
@@ -36,7 +36,7 @@ impl Conntrack {
             let received = self.channel.recv(op)?;
             for message in Messages::new(received) {
                 let (header, reply) = message.map_err(|detail| ConntrackError::Malformed { op, detail })?;
-                let Reply::Error(code) = reply else { continue };
+                let CtMessage::Error(code) = reply else { continue };
                 if !pending.remove(&header.seq) {
                     continue;
                 }

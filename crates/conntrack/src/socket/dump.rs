@@ -3,7 +3,7 @@
 use super::Conntrack;
 use crate::entry::{Entry, Family};
 use crate::error::{ConntrackError, Errno, Operation};
-use crate::wire::reply::{Messages, Reply, parse_entry};
+use crate::wire::reply::{CtMessage, Messages, parse_entry};
 use crate::wire::request::dump_request;
 use verdict_netlink::consts::NLM_F_DUMP_INTR;
 
@@ -38,20 +38,20 @@ impl Conntrack {
                     return Err(ConntrackError::Kernel { op, errno: Errno::EINTR });
                 }
                 match reply {
-                    Reply::Conntrack { family, attrs } => {
+                    CtMessage::Conntrack { family, attrs } => {
                         received += 1;
                         let entry =
                             parse_entry(family, attrs).map_err(|detail| ConntrackError::Malformed { op, detail })?;
                         entries.extend(entry);
                     }
-                    Reply::Done(0) => {
+                    CtMessage::Done(0) => {
                         self.last_dump_size = received;
                         return Ok(entries);
                     }
-                    Reply::Done(code) | Reply::Error(code) if code != 0 => {
+                    CtMessage::Done(code) | CtMessage::Error(code) if code != 0 => {
                         return Err(ConntrackError::Kernel { op, errno: Errno::from_raw(-code) });
                     }
-                    Reply::Done(_) | Reply::Error(_) | Reply::Other => {}
+                    CtMessage::Done(_) | CtMessage::Error(_) | CtMessage::Other => {}
                 }
             }
         }

@@ -7,7 +7,7 @@ use verdict_netlink::{Attr, Attrs, Header};
 
 /// One message of a reply.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Reply<'a> {
+pub(crate) enum CtMessage<'a> {
     /// `IPCTNL_MSG_CT_NEW`: one entry of a dump, still encoded.
     Conntrack {
         /// `nfgen_family`.
@@ -34,7 +34,7 @@ impl<'a> Messages<'a> {
         Messages { inner: verdict_netlink::Messages::new(buf) }
     }
 
-    fn fail(&mut self, msg: String) -> Option<Result<(Header, Reply<'a>), String>> {
+    fn fail(&mut self, msg: String) -> Option<Result<(Header, CtMessage<'a>), String>> {
         self.inner = verdict_netlink::Messages::new(&[]);
         Some(Err(msg))
     }
@@ -44,7 +44,7 @@ impl<'a> Messages<'a> {
 const NFGENMSG_LEN: usize = 4;
 
 impl<'a> Iterator for Messages<'a> {
-    type Item = Result<(Header, Reply<'a>), String>;
+    type Item = Result<(Header, CtMessage<'a>), String>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let m = match self.inner.next()? {
@@ -54,19 +54,19 @@ impl<'a> Iterator for Messages<'a> {
         let payload = m.payload();
         let reply = match m.header.kind {
             NLMSG_ERROR => match m.error() {
-                Some(e) => Reply::Error(e.code),
+                Some(e) => CtMessage::Error(e.code),
                 None => return self.fail(format!("NLMSG_ERROR with {} bytes of payload", payload.len())),
             },
-            NLMSG_DONE => Reply::Done(payload.get(..4).map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))),
+            NLMSG_DONE => CtMessage::Done(payload.get(..4).map_or(0, |b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))),
             NLMSG_OVERRUN => return self.fail("NLMSG_OVERRUN: the kernel lost data".to_string()),
-            NLMSG_NOOP => Reply::Other,
+            NLMSG_NOOP => CtMessage::Other,
             t if t == nfnl_msg_type(NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_NEW) => {
                 if payload.len() < NFGENMSG_LEN {
                     return self.fail(format!("conntrack message with {} bytes of payload", payload.len()));
                 }
-                Reply::Conntrack { family: payload[0], attrs: &payload[NFGENMSG_LEN..] }
+                CtMessage::Conntrack { family: payload[0], attrs: &payload[NFGENMSG_LEN..] }
             }
-            _ => Reply::Other,
+            _ => CtMessage::Other,
         };
         Some(Ok((m.header, reply)))
     }

@@ -1,7 +1,7 @@
 //! Encoding and decoding checked against messages captured from `conntrack` (conntrack-tools
 //! 1.4.7) and the kernel (6.18.44) with strace; see the headers of the files in `testdata/`.
 
-use super::reply::{Messages, Reply, parse_entry};
+use super::reply::{CtMessage, Messages, parse_entry};
 use super::request::{delete_request, dump_request};
 use crate::entry::{Entry, Family, IPPROTO_TCP, IPPROTO_UDP};
 use std::net::IpAddr;
@@ -150,7 +150,7 @@ fn captured_dump_decodes_into_its_six_entries() {
         assert_eq!(h.seq, DUMP_SEQ);
         assert_eq!(h.kind, nfnl_msg_type(NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_NEW));
         match reply {
-            Reply::Conntrack { family, attrs } => entries.push(parse_entry(family, attrs).unwrap().unwrap()),
+            CtMessage::Conntrack { family, attrs } => entries.push(parse_entry(family, attrs).unwrap().unwrap()),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -163,13 +163,13 @@ fn captured_done_and_ack_decode() {
     let msgs: Vec<_> = Messages::new(&done).map(Result::unwrap).collect();
     assert_eq!(msgs.len(), 1);
     assert_eq!(msgs[0].0.seq, DUMP_SEQ);
-    assert!(matches!(msgs[0].1, Reply::Done(0)));
+    assert!(matches!(msgs[0].1, CtMessage::Done(0)));
 
     let ack = hex(DELETE_ACK);
     let msgs: Vec<_> = Messages::new(&ack).map(Result::unwrap).collect();
     assert_eq!(msgs.len(), 1);
     assert_eq!(msgs[0].0.seq, DELETE_SEQ);
-    assert!(matches!(msgs[0].1, Reply::Error(0)));
+    assert!(matches!(msgs[0].1, CtMessage::Error(0)));
 }
 
 #[test]
@@ -177,7 +177,7 @@ fn nlmsg_error_carries_negative_errno() {
     let mut ack = hex(DELETE_ACK);
     ack[16..20].copy_from_slice(&(-2i32).to_ne_bytes());
     let (_, reply) = Messages::new(&ack).next().unwrap().unwrap();
-    assert!(matches!(reply, Reply::Error(-2)));
+    assert!(matches!(reply, CtMessage::Error(-2)));
 }
 
 #[test]
@@ -186,7 +186,7 @@ fn dump_and_done_in_one_buffer_are_both_seen() {
     buf.extend(hex(DUMP_DONE));
     let replies: Vec<_> = Messages::new(&buf).map(|m| m.unwrap().1).collect();
     assert_eq!(replies.len(), 7);
-    assert!(matches!(replies[6], Reply::Done(0)));
+    assert!(matches!(replies[6], CtMessage::Done(0)));
 }
 
 #[test]
@@ -201,7 +201,7 @@ fn truncated_message_is_an_error() {
 fn truncated_attribute_is_an_error() {
     let buf = hex(DUMP_ALL);
     let (_, reply) = Messages::new(&buf).next().unwrap().unwrap();
-    let Reply::Conntrack { family, attrs } = reply else { panic!("not an entry") };
+    let CtMessage::Conntrack { family, attrs } = reply else { panic!("not an entry") };
     // Cut the attributes inside CTA_TUPLE_ORIG (76 bytes long).
     let err = parse_entry(family, &attrs[..40]).unwrap_err();
     assert!(err.contains("claims 76 bytes"), "{err}");
@@ -211,7 +211,7 @@ fn truncated_attribute_is_an_error() {
 fn entry_without_reply_tuple_is_an_error() {
     let buf = hex(DUMP_ALL);
     let (_, reply) = Messages::new(&buf).next().unwrap().unwrap();
-    let Reply::Conntrack { family, attrs } = reply else { panic!("not an entry") };
+    let CtMessage::Conntrack { family, attrs } = reply else { panic!("not an entry") };
     let orig_only: Vec<u8> = {
         let first = Attrs::new(attrs).next().unwrap().unwrap();
         attrs[..4 + first.payload.len()].to_vec()
@@ -223,6 +223,6 @@ fn entry_without_reply_tuple_is_an_error() {
 fn unknown_layer3_family_is_skipped() {
     let buf = hex(DUMP_ALL);
     let (_, reply) = Messages::new(&buf).next().unwrap().unwrap();
-    let Reply::Conntrack { attrs, .. } = reply else { panic!("not an entry") };
+    let CtMessage::Conntrack { attrs, .. } = reply else { panic!("not an entry") };
     assert_eq!(parse_entry(7, attrs), Ok(None));
 }

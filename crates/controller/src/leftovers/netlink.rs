@@ -65,7 +65,7 @@ pub(crate) fn ipvs_flush(seq: u32, family: u16) -> Vec<u8> {
 
 /// One received message, as far as these requests care.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Reply {
+pub(crate) enum KernelAnswer {
     /// A data message; its payload (after the netlink header).
     Data(Vec<u8>),
     /// The acknowledgement of a request.
@@ -77,16 +77,16 @@ pub(crate) enum Reply {
 }
 
 /// Splits a receive buffer into (sequence number, reply) pairs; stops at a malformed message.
-pub(crate) fn parse_replies(buf: &[u8]) -> Vec<(u32, Reply)> {
+pub(crate) fn parse_replies(buf: &[u8]) -> Vec<(u32, KernelAnswer)> {
     let replies = Messages::new(buf).map_while(Result::ok).map(|m| {
         let reply = match m.header.kind {
-            NLMSG_DONE => Reply::Done,
+            NLMSG_DONE => KernelAnswer::Done,
             NLMSG_ERROR => match m.error() {
-                Some(e) if e.errno() == 0 => Reply::Ack,
-                Some(e) => Reply::Error(Errno::from_raw(e.errno())),
-                None => Reply::Error(Errno::EBADMSG),
+                Some(e) if e.errno() == 0 => KernelAnswer::Ack,
+                Some(e) => KernelAnswer::Error(Errno::from_raw(e.errno())),
+                None => KernelAnswer::Error(Errno::EBADMSG),
             },
-            _ => Reply::Data(m.payload().to_vec()),
+            _ => KernelAnswer::Data(m.payload().to_vec()),
         };
         (m.header.seq, reply)
     });
@@ -151,9 +151,9 @@ impl Socket {
                     continue; // a late reply to an earlier request
                 }
                 match reply {
-                    Reply::Data(payload) => data.push(payload),
-                    Reply::Ack | Reply::Done => return Ok(data),
-                    Reply::Error(errno) => return Err(RequestError::Kernel(errno)),
+                    KernelAnswer::Data(payload) => data.push(payload),
+                    KernelAnswer::Ack | KernelAnswer::Done => return Ok(data),
+                    KernelAnswer::Error(errno) => return Err(RequestError::Kernel(errno)),
                 }
             }
         }
@@ -259,10 +259,10 @@ mod tests {
         assert_eq!(
             parse_replies(&buf),
             [
-                (1, Reply::Ack),
-                (2, Reply::Error(Errno::ENODEV)),
-                (3, Reply::Data(vec![4, 1, 0, 0, 1, 2])),
-                (3, Reply::Done),
+                (1, KernelAnswer::Ack),
+                (2, KernelAnswer::Error(Errno::ENODEV)),
+                (3, KernelAnswer::Data(vec![4, 1, 0, 0, 1, 2])),
+                (3, KernelAnswer::Done),
             ]
         );
     }
