@@ -276,9 +276,8 @@ impl<K: Kernel> SyncLoop<K> {
             self.traces.remove(chain);
         }
         let tx = verdict_nft::trace::chains::removal(&self.cfg.table, &expired);
-        match commit_watched(&mut self.nl, self.monitor.as_ref(), &tx, None) {
-            Ok((_, foreign)) => {
-                self.foreign_commit |= foreign;
+        match self.commit(&tx) {
+            Ok(_) => {
                 tracing::info!(chains = ?expired, "removed the chains of a `verdict trace` past their deadline");
             }
             // Gone already (its trace removed them while the notice was on its way).
