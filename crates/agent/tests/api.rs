@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
-use verdict_e2e::lab_agent::LabAgent;
+use verdict_e2e::lab_agent;
 use verdict_e2e::require_kernel;
 
 /// How many times Events about Service `name` were published: one per Event object, plus the
@@ -41,12 +41,13 @@ fn a_service_that_cannot_be_programmed_gets_one_event_per_change_not_per_sync() 
     lab.server.apply(service("ns1", "web", "172.30.0.10", 80));
     lab.server.apply(slice("ns1", "web", &["10.0.1.1".to_string()], None));
     lab.server.apply(bad(70000));
-    let agent = LabAgent::start(
+    let agent = lab_agent::start(
         &lab,
         env!("CARGO_BIN_EXE_verdict"),
         "api-events",
         &["--min-sync-period", "50ms", "--cleanup-leftovers=false"],
-    );
+    )
+    .unwrap();
     agent.wait("web programmed", || lab.table().contains("172.30.0.10 . tcp . 80"));
     agent.wait("an Event on the bad Service", || publications(&lab, "bad").0 >= 1);
     let (n, reasons) = publications(&lab, "bad");
@@ -127,12 +128,13 @@ fn the_agent_serves_health_check_node_ports_of_external_local_services() {
     squatted_local.endpoints[0].node_name = Some("n1".into());
     lab.server.apply(squatted_local);
 
-    let agent = LabAgent::start(
+    let agent = lab_agent::start(
         &lab,
         env!("CARGO_BIN_EXE_verdict"),
         "api-hcnp",
         &["--min-sync-period", "50ms", "--cleanup-leftovers=false"],
-    );
+    )
+    .unwrap();
     agent.wait("the health check answers 200", || health_check(&lab, "192.168.0.2:30123").is_some_and(|r| r.0 == 200));
     agent.wait("an Event on the Service whose port is taken", || publications(&lab, "squatted").0 >= 1);
     let (n, said) = publications(&lab, "squatted");

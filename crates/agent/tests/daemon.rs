@@ -1,61 +1,30 @@
 //! The agent as a daemon (root only): endpoints, metrics, health, signals, cleanup.
 
+use nix::sys::signal::Signal;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 use tempfile::TempDir;
+use verdict_e2e::agent_process::{AgentLaunch, AgentProcess};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
 
-/// The agent process; killed on drop.
-struct Agent {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Agent {
-    fn start(ns: &Netns, manifests: &std::path::Path, extra: &[&str]) -> Agent {
-        let log = manifests.with_extension("log");
-        let file = std::fs::File::create(&log).unwrap();
-        let mut args = vec![
-            "netns".to_string(),
-            "exec".into(),
-            ns.name().into(),
-            env!("CARGO_BIN_EXE_verdict").into(),
-            "run".into(),
-            "--manifests".into(),
-            manifests.display().to_string(),
-            "--hostname-override".into(),
-            "node1".into(),
-            "--cluster-cidr".into(),
-            "10.244.0.0/16".into(),
-            "--metrics-bind-address".into(),
-            "127.0.0.1:10249".into(),
-            "--healthz-bind-address".into(),
-            "127.0.0.1:10256".into(),
-            "--min-sync-period".into(),
-            "100ms".into(),
-            "--sync-period".into(),
-            "1s".into(),
-            "--state-dir".into(),
-            manifests.with_extension("state").display().to_string(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let child = Command::new("ip").args(&args).stdout(Stdio::null()).stderr(file).spawn().unwrap();
-        Agent { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The agent for node1 in manifests mode, its state beside the manifests.
+fn start(ns: &Netns, manifests: &Path, extra: &[&str]) -> AgentProcess {
+    AgentLaunch::new(ns, env!("CARGO_BIN_EXE_verdict"), "daemon")
+        .unwrap()
+        .arg("run")
+        .arg("--manifests")
+        .arg(manifests)
+        .args(["--hostname-override", "node1", "--cluster-cidr", "10.244.0.0/16"])
+        .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
+        .args(["--min-sync-period", "100ms", "--sync-period", "1s", "--state-dir"])
+        .arg(manifests.with_extension("state"))
+        .args(extra)
+        .spawn()
+        .unwrap()
 }
 
 fn get(ns: &Netns, port: u16, path: &str) -> Option<(u16, String)> {
@@ -73,16 +42,8 @@ fn get(ns: &Netns, port: u16, path: &str) -> Option<(u16, String)> {
     })
 }
 
-fn wait_for(what: &str, agent: &Agent, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\nagent log:\n{}", agent.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A test's manifests directory, inside a scratch directory that also holds the agent's log
-/// and state beside it (removed when the test ends, pass or fail).
+/// A test's manifests directory, inside a scratch directory that also holds the agent's state
+/// beside it (removed when the test ends, pass or fail).
 fn manifests_dir(tag: &str) -> (TempDir, std::path::PathBuf) {
     let scratch = TempDir::with_prefix(format!("verdict-daemon-{tag}-")).unwrap();
     let dir = scratch.path().join("manifests");
@@ -130,10 +91,10 @@ fn endpoints_metrics_signals_and_cleanup() {
     require_kernel!();
     let ns = Netns::new("daemon").unwrap();
     let (_scratch, dir) = manifests_dir("m");
-    let mut agent = Agent::start(&ns, &dir, &[]);
-    wait_for("the first sync", &agent, || table_lists(&ns, "10.244.1.10"));
+    let agent = start(&ns, &dir, &[]);
+    agent.wait("the first sync", || table_lists(&ns, "10.244.1.10"));
     assert_eq!(get(&ns, 10249, "/proxyMode"), Some((200, "nftables".into())));
-    wait_for("healthz 200", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
+    agent.wait("healthz 200", || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
     let (code, body) = get(&ns, 10256, "/livez").unwrap();
     assert_eq!(code, 200);
     assert!(body.contains("\"healthy\":true") && body.contains("\"lastUpdated\""), "{body}");
@@ -141,7 +102,7 @@ fn endpoints_metrics_signals_and_cleanup() {
     // A changed file is reloaded; the slice's trigger time feeds network programming latency.
     std::thread::sleep(Duration::from_millis(50));
     write_slice(&dir, "10.244.1.11", Some(&now_rfc3339()));
-    wait_for("the reload", &agent, || table_lists(&ns, "10.244.1.11"));
+    agent.wait("the reload", || table_lists(&ns, "10.244.1.11"));
     let (_, metrics) = get(&ns, 10249, "/metrics").unwrap();
     for name in [
         "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
@@ -175,9 +136,8 @@ fn endpoints_metrics_signals_and_cleanup() {
     assert!(metrics.contains("kubeproxy_proxy_healthz_total{code=\"200\"}"), "{metrics}");
 
     // SIGTERM: exit 0, rules stay.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-        .unwrap();
-    let status = agent.child.wait().unwrap();
+    agent.signal(Signal::SIGTERM).unwrap();
+    let status = agent.wait_exit(Duration::from_secs(20)).unwrap();
     assert!(status.success(), "SIGTERM must exit 0: {status:?}\n{}", agent.log());
     assert!(table_lists(&ns, "10.244.1.11"), "rules must stay after SIGTERM");
 
@@ -206,9 +166,9 @@ fn healthz_fails_while_the_table_cannot_be_written_and_recovers() {
     owner.stdin.as_mut().unwrap().write_all(b"add table inet kube-proxy { flags owner; }\n").unwrap();
     owner.stdin.as_mut().unwrap().flush().unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let agent = Agent::start(&ns, &dir, &[]);
+    let agent = start(&ns, &dir, &[]);
     // Health timeout is 2 x sync period = 2 s.
-    wait_for("healthz 503 while stuck", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 503));
+    agent.wait("healthz 503 while stuck", || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 503));
     let (code, body) = get(&ns, 10256, "/livez").unwrap();
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("\"healthy\":false"), "{body}");
@@ -222,20 +182,13 @@ fn healthz_fails_while_the_table_cannot_be_written_and_recovers() {
     // The owner goes away (its table with it); the agent's retry succeeds.
     drop(owner.stdin.take());
     let _ = owner.wait();
-    wait_for("healthz 200 after recovery", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
+    agent.wait("healthz 200 after recovery", || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
     assert!(table_lists(&ns, "10.244.1.10"));
 }
 
 /// Waits (at most 20 s) for the agent to exit by itself.
-fn wait_exit(agent: &mut Agent, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = agent.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "{what}\n{}", agent.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_exit(agent: &AgentProcess, what: &str) -> std::process::ExitStatus {
+    agent.wait_exit(Duration::from_secs(20)).unwrap_or_else(|e| panic!("{what}: {e:#}"))
 }
 
 /// Holds a TCP port inside the namespace (a listener bound from a thread that entered it).
@@ -249,19 +202,19 @@ fn a_busy_health_port_is_retried_while_proxying_unless_bind_address_hard_fail() 
     let ns = Netns::new("busyport").unwrap();
     let (_scratch, dir) = manifests_dir("busy");
     let holder = hold_port(&ns, 10256);
-    let mut agent = Agent::start(&ns, &dir, &[]);
+    let agent = start(&ns, &dir, &[]);
     // The table is programmed while the port is taken, and one line says why health is missing.
-    wait_for("the table programmed", &agent, || table_lists(&ns, "172.30.0.10"));
-    wait_for("the bind failure logged", &agent, || agent.log().contains("trying again every 5s"));
-    assert!(agent.child.try_wait().unwrap().is_none(), "the agent keeps proxying:\n{}", agent.log());
+    agent.wait("the table programmed", || table_lists(&ns, "172.30.0.10"));
+    agent.wait("the bind failure logged", || agent.log().contains("trying again every 5s"));
+    assert!(agent.try_wait().unwrap().is_none(), "the agent keeps proxying:\n{}", agent.log());
     drop(holder);
     // Retried every 5 s: health answers once the port is free.
-    wait_for("/healthz on the freed port", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
+    agent.wait("/healthz on the freed port", || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
     drop(agent);
 
     let _holder = hold_port(&ns, 10256);
-    let mut agent = Agent::start(&ns, &dir, &["--bind-address-hard-fail"]);
-    let status = wait_exit(&mut agent, "bindAddressHardFail: the agent must exit");
+    let agent = start(&ns, &dir, &["--bind-address-hard-fail"]);
+    let status = wait_exit(&agent, "bindAddressHardFail: the agent must exit");
     assert_eq!(status.code(), Some(1), "{}", agent.log());
     assert!(agent.log().contains("bindAddressHardFail"), "{}", agent.log());
 }
@@ -273,21 +226,21 @@ fn a_changed_config_file_makes_the_agent_exit_so_that_its_pod_restarts_with_it()
     let (scratch, dir) = manifests_dir("cfg");
     let config = scratch.path().join("config.conf");
     std::fs::write(&config, "kind: KubeProxyConfiguration\nmode: nftables\n").unwrap();
-    let mut agent = Agent::start(&ns, &dir, &["--config", config.to_str().unwrap()]);
-    wait_for("the table programmed", &agent, || table_lists(&ns, "172.30.0.10"));
+    let agent = start(&ns, &dir, &["--config", config.to_str().unwrap()]);
+    agent.wait("the table programmed", || table_lists(&ns, "172.30.0.10"));
     std::thread::sleep(Duration::from_secs(3));
-    assert!(agent.child.try_wait().unwrap().is_none(), "an unchanged file keeps the agent:\n{}", agent.log());
+    assert!(agent.try_wait().unwrap().is_none(), "an unchanged file keeps the agent:\n{}", agent.log());
     // A ConfigMap update swaps the file's content.
     std::fs::write(&config, "kind: KubeProxyConfiguration\nmode: nftables\nclusterCIDR: 10.9.0.0/16\n").unwrap();
-    let status = wait_exit(&mut agent, "the agent must exit on a changed config");
+    let status = wait_exit(&agent, "the agent must exit on a changed config");
     assert_eq!(status.code(), Some(1), "{}", agent.log());
     assert!(agent.log().contains("the --config file changed"), "{}", agent.log());
     assert!(table_lists(&ns, "172.30.0.10"), "rules stay in place");
 }
 
 /// The agent's process id: `ip netns exec` runs it as its child or in its place.
-fn agent_pid(agent: &Agent) -> u32 {
-    let ip = agent.child.id();
+fn agent_pid(agent: &AgentProcess) -> u32 {
+    let ip = agent.pid();
     let exe = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     let verdict = std::path::PathBuf::from(env!("CARGO_BIN_EXE_verdict"));
     if exe(&ip.to_string()).as_ref() == Some(&verdict) {
@@ -310,9 +263,9 @@ fn a_run_as_root_keeps_only_net_admin_and_net_bind_service_in_every_thread() {
     const NET_ADMIN: u64 = 1 << 12;
     let ns = Netns::new("caps").unwrap();
     let (_scratch, dir) = manifests_dir("caps");
-    let agent = Agent::start(&ns, &dir, &[]);
-    wait_for("the table programmed", &agent, || table_lists(&ns, "172.30.0.10"));
-    wait_for("/healthz", &agent, || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
+    let agent = start(&ns, &dir, &[]);
+    agent.wait("the table programmed", || table_lists(&ns, "172.30.0.10"));
+    agent.wait("/healthz", || get(&ns, 10256, "/healthz").is_some_and(|(c, _)| c == 200));
     let pid = agent_pid(&agent);
     let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten().collect();
     assert!(tasks.len() > 2, "the agent runs several threads (tokio, sync): {}", tasks.len());
@@ -330,5 +283,5 @@ fn a_run_as_root_keeps_only_net_admin_and_net_bind_service_in_every_thread() {
     assert!(!agent.log().contains("with other threads running"), "{}", agent.log());
     // Still able to do its job: a change is programmed after the drop.
     write_slice(&dir, "10.244.1.77", None);
-    wait_for("a change programmed after the drop", &agent, || table_lists(&ns, "10.244.1.77"));
+    agent.wait("a change programmed after the drop", || table_lists(&ns, "10.244.1.77"));
 }

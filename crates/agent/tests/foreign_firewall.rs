@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
-use verdict_e2e::lab_agent::{LabAgent, node_events, series};
+use verdict_e2e::lab_agent::{self, node_events, series};
 use verdict_e2e::require_kernel;
 
 const ENDPOINT: &str = "10.0.1.1";
@@ -52,12 +52,13 @@ fn a_default_drop_table_elsewhere_is_reported_and_its_drop_is_real() {
     lab.server.apply(node("n1", "192.168.0.2"));
     lab.server.apply(service("ns1", "web", CLUSTER_IP, 80));
     lab.server.apply(slice("ns1", "web", &[ENDPOINT.to_string()], None));
-    let agent = LabAgent::start(
+    let agent = lab_agent::start(
         &lab,
         env!("CARGO_BIN_EXE_verdict"),
         "fw",
         &["--min-sync-period", "50ms", "--cleanup-leftovers=false"],
-    );
+    )
+    .unwrap();
     agent.wait("web programmed", || lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")));
     agent.wait("the gauge at 0", || series(&lab, "verdict_foreign_drop_chains") == Some(0.0));
     assert_eq!(ask(&lab).as_deref(), Some("endpoint"), "the Service answers before the firewall");

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::Duration;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
-use verdict_e2e::lab_agent::{LabAgent, node_events, series};
+use verdict_e2e::lab_agent::{self, node_events, series};
 use verdict_e2e::require_kernel;
 
 const WHAT: &str = "verdict_foreign_proxy_detected{what=\"nftables ip kube-proxy\"}";
@@ -25,15 +25,20 @@ fn upstreams_table_appearing_is_reported_once_and_its_removal_seen() {
     lab.server.apply(node("n1", "192.168.0.2"));
     lab.server.apply(service("ns1", "web", "172.30.0.10", 80));
     lab.server.apply(slice("ns1", "web", &["10.0.1.1".to_string()], None));
-    let agent = LabAgent::start(&lab, env!("CARGO_BIN_EXE_verdict"), "foreign-proxy", &["--min-sync-period", "50ms"]);
-    agent.wait_within("web programmed", Duration::from_secs(20), || lab.table().contains("172.30.0.10 . tcp . 80"));
-    agent.wait_within("the gauge at 0", Duration::from_secs(5), || series(&lab, WHAT) == Some(0.0));
+    let agent =
+        lab_agent::start(&lab, env!("CARGO_BIN_EXE_verdict"), "foreign-proxy", &["--min-sync-period", "50ms"]).unwrap();
+    agent
+        .wait_until("web programmed", Duration::from_secs(20), || lab.table().contains("172.30.0.10 . tcp . 80"))
+        .unwrap();
+    agent.wait_until("the gauge at 0", Duration::from_secs(5), || series(&lab, WHAT) == Some(0.0)).unwrap();
 
     nft(&lab, &["table ip kube-proxy {\n    chain services {\n    }\n}"]);
     // A notice of the new table, not a periodic look: well within a sync period.
-    agent.wait_within("the warning", Duration::from_secs(5), || agent.log().contains(WARNING));
-    agent.wait_within("the gauge at 1", Duration::from_secs(5), || series(&lab, WHAT) == Some(1.0));
-    agent.wait_within("a Warning Event on the Node", Duration::from_secs(10), || !node_events(&lab, "n1").is_empty());
+    agent.wait_until("the warning", Duration::from_secs(5), || agent.log().contains(WARNING)).unwrap();
+    agent.wait_until("the gauge at 1", Duration::from_secs(5), || series(&lab, WHAT) == Some(1.0)).unwrap();
+    agent
+        .wait_until("a Warning Event on the Node", Duration::from_secs(10), || !node_events(&lab, "n1").is_empty())
+        .unwrap();
     let events = node_events(&lab, "n1");
     assert!(events[0].contains("Warning") && events[0].contains("ForeignProxy"), "{events:?}");
     assert!(events[0].contains("skip-phases=addon/kube-proxy"), "it says what to do: {events:?}");
@@ -41,15 +46,19 @@ fn upstreams_table_appearing_is_reported_once_and_its_removal_seen() {
     // Once: more changes to the other table and to Services bring no new line nor Event.
     nft(&lab, &["add chain ip kube-proxy nat-prerouting"]);
     lab.server.apply(slice("ns1", "web", &["10.0.1.1".to_string(), "10.0.1.2".to_string()], None));
-    agent.wait_within("the change programmed", Duration::from_secs(10), || lab.table().contains("10.0.1.2 . 8080"));
+    agent
+        .wait_until("the change programmed", Duration::from_secs(10), || lab.table().contains("10.0.1.2 . 8080"))
+        .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(agent.log().matches(WARNING).count(), 1, "{}", agent.log());
     assert_eq!(node_events(&lab, "n1").len(), 1, "{:?}", node_events(&lab, "n1"));
     assert_eq!(series(&lab, WHAT), Some(1.0));
 
     nft(&lab, &["delete table ip kube-proxy"]);
-    agent.wait_within("the gauge back at 0", Duration::from_secs(5), || series(&lab, WHAT) == Some(0.0));
-    agent.wait_within("resolved in the log", Duration::from_secs(5), || {
-        agent.log().contains("Node n1: its problems are resolved")
-    });
+    agent.wait_until("the gauge back at 0", Duration::from_secs(5), || series(&lab, WHAT) == Some(0.0)).unwrap();
+    agent
+        .wait_until("resolved in the log", Duration::from_secs(5), || {
+            agent.log().contains("Node n1: its problems are resolved")
+        })
+        .unwrap();
 }

@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
-use verdict_e2e::lab_agent::{LabAgent, scrape};
+use verdict_e2e::lab_agent::{self, scrape};
 use verdict_e2e::require_kernel;
 
 /// The value of the series written exactly `series` (name and labels).
@@ -20,12 +20,13 @@ fn families_buckets_pending_changes_and_process_metrics() {
     lab.server.apply(node("n1", "192.168.0.2"));
     lab.server.apply(service("ns1", "web", "172.30.0.10", 80));
     lab.server.apply(slice("ns1", "web", &["10.0.1.1".to_string()], None));
-    let agent = LabAgent::start(
+    let agent = lab_agent::start(
         &lab,
         env!("CARGO_BIN_EXE_verdict"),
         "metrics",
         &["--min-sync-period", "3s", "--cleanup-leftovers=false"],
-    );
+    )
+    .unwrap();
     agent.wait("web programmed", || lab.table().contains("172.30.0.10 . tcp . 80"));
     agent.wait("the first sync's metrics", || {
         value(&scrape(&lab), "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"}")

@@ -11,8 +11,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
+use verdict_e2e::agent_process::AgentProcess;
 use verdict_e2e::apilab::{ApiLab, labelled, load_balancer, node, service, slice};
-use verdict_e2e::endtoend::agent::{RunningAgent, saved_state};
+use verdict_e2e::endtoend::agent::{self, saved_state};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
 
@@ -22,7 +23,7 @@ const LABEL: (&str, &str) = ("verdict.dev/count", "yes");
 
 /// The agent (killed by its own PID when dropped), counting labelled Services; with `state`,
 /// it saves the table's state there on SIGTERM and adopts it at start.
-fn start(lab: &ApiLab, dir: &Path, state: Option<&Path>) -> RunningAgent {
+fn start(lab: &ApiLab, dir: &Path, state: Option<&Path>) -> AgentProcess {
     let kubeconfig = dir.join("kubeconfig");
     lab.server.write_kubeconfig(&kubeconfig).unwrap();
     let state = state.map(|p| p.display().to_string()).unwrap_or_default();
@@ -40,7 +41,7 @@ fn start(lab: &ApiLab, dir: &Path, state: Option<&Path>) -> RunningAgent {
         "--service-counters-period",
         "100ms",
     ];
-    RunningAgent::start(lab.ns.name(), Path::new(env!("CARGO_BIN_EXE_verdict")), &kubeconfig, "n1", &args).unwrap()
+    agent::start(&lab.ns, Path::new(env!("CARGO_BIN_EXE_verdict")), &kubeconfig, "n1", &args).unwrap()
 }
 
 /// Endpoints on the node's loopback, answering with their address after reading one line.
@@ -115,7 +116,7 @@ fn samples(metrics: &str) -> Vec<(String, u64)> {
 
 /// The counters of a reading the agent took after this call: what every connection made
 /// before it did to them (the agent reads in the background).
-fn fresh(lab: &ApiLab, agent: &RunningAgent) -> Vec<(String, u64)> {
+fn fresh(lab: &ApiLab, agent: &AgentProcess) -> Vec<(String, u64)> {
     let asked = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -137,7 +138,7 @@ fn value(samples: &[(String, u64)], id: &str) -> Option<u64> {
 }
 
 /// Waits until the agent serves the counters of the three counted Services.
-fn wait_for_series(lab: &ApiLab, agent: &RunningAgent) -> Vec<(String, u64)> {
+fn wait_for_series(lab: &ApiLab, agent: &AgentProcess) -> Vec<(String, u64)> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = scrape(&lab.ns).map(|m| samples(&m)).unwrap_or_default();
@@ -272,8 +273,8 @@ fn counters_survive_a_warm_restart_through_the_state_dir_which_writes_nothing() 
     require_kernel!();
     let (lab, client, dir) = lab("cnt-warm");
     let state = dir.path().join("state");
-    let mut first = start(&lab, dir.path(), Some(&state));
-    first.wait_synced(Duration::from_secs(20), |s| s.full).unwrap();
+    let first = start(&lab, dir.path(), Some(&state));
+    agent::wait_synced(&first, Duration::from_secs(20), |s| s.full).unwrap();
     wait_for_series(&lab, &first);
     for _ in 0..2 {
         assert!(matches!(connect(&client, "172.30.0.10:80", Duration::from_secs(2)), Met::Answer(_)));
@@ -284,11 +285,12 @@ fn counters_survive_a_warm_restart_through_the_state_dir_which_writes_nothing() 
     for (id, n) in [("ns1/web:http accepted", 2), ("ns1/empty:http rejected", 1), ("ns1/lb:http firewalled", 1)] {
         assert_eq!(value(&before, id), Some(n), "{id}: {before:?}");
     }
-    let log = first.terminate().unwrap();
+    first.terminate(Duration::from_secs(20)).unwrap();
+    let log = first.log_tail(200);
     assert!(saved_state(&log).is_some(), "no state saved at SIGTERM:\n{log}");
 
-    let mut second = start(&lab, dir.path(), Some(&state));
-    let warm = second.wait_synced(Duration::from_secs(20), |s| s.full).unwrap();
+    let second = start(&lab, dir.path(), Some(&state));
+    let warm = agent::wait_synced(&second, Duration::from_secs(20), |s| s.full).unwrap();
     let log = second.log_tail(200);
     assert_eq!(warm.objects, 0, "the warm restart wrote {} objects:\n{log}", warm.objects);
     assert!(log.contains("adopting the table state saved at the last stop"), "no warm restart:\n{log}");
@@ -302,7 +304,7 @@ fn counters_survive_a_warm_restart_through_the_state_dir_which_writes_nothing() 
 }
 
 /// Waits until `id`'s series is `want` (`None`: absent).
-fn wait_for_value(lab: &ApiLab, agent: &RunningAgent, id: &str, want: Option<u64>) {
+fn wait_for_value(lab: &ApiLab, agent: &AgentProcess, id: &str, want: Option<u64>) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = scrape(&lab.ns).map(|m| samples(&m)).unwrap_or_default();

@@ -8,11 +8,11 @@ use http_body_util::Full;
 use hyper::{Request, Response, body::Incoming};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use verdict_controller::http_serve::{self, Handler, Limits};
+use verdict_e2e::agent_process::{AgentLaunch, AgentProcess};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
 
@@ -23,20 +23,8 @@ const HEALTH_CHECK_PORT: u16 = 30999;
 const NODE_IP: [u8; 4] = [192, 168, 50, 11];
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
 
-struct Agent {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The agent in manifests mode, with one eTP=Local Service whose endpoint is on this node.
-fn start_agent(ns: &Netns, scratch: &TempDir) -> Agent {
+fn start_agent(ns: &Netns, scratch: &TempDir) -> AgentProcess {
     let dir = scratch.path().join("manifests");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -52,20 +40,17 @@ fn start_agent(ns: &Netns, scratch: &TempDir) -> Agent {
         ),
     )
     .unwrap();
-    let log = scratch.path().join("agent.log");
-    let file = std::fs::File::create(&log).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns.name(), env!("CARGO_BIN_EXE_verdict"), "run", "--manifests"])
+    AgentLaunch::new(ns, env!("CARGO_BIN_EXE_verdict"), "slow-clients")
+        .unwrap()
+        .arg("run")
+        .arg("--manifests")
         .arg(&dir)
         .args(["--hostname-override", "node1", "--cluster-cidr", "10.244.0.0/16"])
         .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
         .args(["--min-sync-period", "100ms", "--sync-period", "1s", "--state-dir"])
         .arg(scratch.path().join("state"))
-        .stdout(Stdio::null())
-        .stderr(file)
         .spawn()
-        .unwrap();
-    Agent { child, log }
+        .unwrap()
 }
 
 /// GET `path` on `ip`:`port` (call inside the namespace): the status, if an answer came.
@@ -115,14 +100,11 @@ fn three_hundred_slow_clients_hold_neither_healthz_nor_a_health_check_port() {
     ns.ip(&["addr", "add", "192.168.50.11/32", "dev", "lo"]).unwrap();
     let scratch = TempDir::with_prefix("verdict-slow-clients-").unwrap();
     let agent = start_agent(&ns, &scratch);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ns.run(|| {
-        status(LOCALHOST, 10256, "/healthz") == Some(200) && status(NODE_IP, HEALTH_CHECK_PORT, "/") == Some(200)
-    }) {
-        let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
-        assert!(Instant::now() < deadline, "the agent never became healthy:\n{log}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    agent.wait("/healthz and the health check port", || {
+        ns.run(|| {
+            status(LOCALHOST, 10256, "/healthz") == Some(200) && status(NODE_IP, HEALTH_CHECK_PORT, "/") == Some(200)
+        })
+    });
 
     let opened = Instant::now();
     let mut held = ns.run(|| {

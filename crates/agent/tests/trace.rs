@@ -9,6 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use verdict_e2e::agent_process::AgentLaunch;
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
@@ -130,37 +131,24 @@ fn a_traced_connection_names_its_path_and_the_endpoint_that_answered() {
 
     // The agent runs: it sees the trace chains appear and leaves them alone, without reading
     // its table again (a full reconcile at 100k Services dumps 1.35 M elements).
-    let dir = std::env::temp_dir().join(format!("verdict-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
+    let launch = AgentLaunch::new(&lab.ns, env!("CARGO_BIN_EXE_verdict"), "trace").unwrap();
+    let kubeconfig = launch.dir().join("kubeconfig");
     lab.server.write_kubeconfig(&kubeconfig).unwrap();
-    let log = dir.join("agent.log");
-    let _agent = Proc(
-        Command::new("ip")
-            .args(["netns", "exec", lab.ns.name(), env!("CARGO_BIN_EXE_verdict"), "run", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
-            .args(["--metrics-bind-address", "", "--healthz-bind-address", ""])
-            .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false", "--state-dir", ""])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let agent_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")) {
-        assert!(Instant::now() < deadline, "the agent did not program the Service:\n{}", agent_log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let agent = launch
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
+        .args(["--metrics-bind-address", "", "--healthz-bind-address", ""])
+        .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false", "--state-dir", ""])
+        .spawn()
+        .unwrap();
+    let agent_log = || agent.log();
+    agent.wait("the agent to program the Service", || lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")));
 
     let (mut trace, out) =
         start_trace(&lab.ns, &["--dst", &format!("{CLUSTER_IP}:80"), "--count", "1", "--for", "60s"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !agent_log().contains("a `verdict trace` added a chain") {
-        assert!(Instant::now() < deadline, "the agent did not notice the trace chains:\n{}", agent_log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    agent.wait("the agent to notice the trace chains", || agent_log().contains("a `verdict trace` added a chain"));
     assert!(!agent_log().contains("another program changed the table"), "no reconcile:\n{}", agent_log());
     assert_eq!(trace_chains(&lab.ns).len(), 2, "the agent kept the trace chains:\n{}", table(&lab.ns));
 
@@ -196,16 +184,15 @@ fn a_traced_connection_names_its_path_and_the_endpoint_that_answered() {
     );
     lab.ns.nft_stdin(&["-f", "-"], &chain).unwrap();
     assert_eq!(trace_chains(&lab.ns), std::slice::from_ref(&name));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !trace_chains(&lab.ns).is_empty() {
-        assert!(Instant::now() < deadline, "the agent did not remove {name}:\n{}", agent_log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    agent
+        .wait_until(&format!("the agent to remove {name}"), Duration::from_secs(10), || {
+            trace_chains(&lab.ns).is_empty()
+        })
+        .unwrap();
     let removed_at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
     assert!(removed_at >= until, "removed before its deadline ({removed_at} < {until})");
     assert!(agent_log().contains("removed the chains of a `verdict trace` past their deadline"), "{}", agent_log());
     assert!(!agent_log().contains("another program changed the table"), "no reconcile:\n{}", agent_log());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `verdict run --once` in `ns` with one ClusterIP Service, with [`ENDPOINTS`] or without.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use verdict_e2e::apilab::{ApiLab, service, slice};
-use verdict_e2e::endtoend::agent::RunningAgent;
+use verdict_e2e::endtoend::agent;
 use verdict_e2e::endtoend::{NODE, Point, load};
 use verdict_e2e::require_kernel;
 
@@ -61,10 +61,10 @@ fn warm_restart_writes_nothing_and_keeps_connections() {
     let state = dir.join("state").display().to_string();
     let verdict = std::path::Path::new(env!("CARGO_BIN_EXE_verdict"));
     let all = (SERVICES + 1) as u64;
-    let start = || RunningAgent::start(lab.ns.name(), verdict, &kubeconfig, NODE, &["--state-dir", &state]).unwrap();
+    let start = || agent::start(&lab.ns, verdict, &kubeconfig, NODE, &["--state-dir", &state]).unwrap();
 
-    let mut first = start();
-    let cold = first.wait_synced(Duration::from_secs(300), |s| s.full && s.services == all).unwrap();
+    let first = start();
+    let cold = agent::wait_synced(&first, Duration::from_secs(300), |s| s.full && s.services == all).unwrap();
     assert!(cold.objects > (SERVICES * 10) as u64, "the cold start programs everything: {cold:?}");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -89,14 +89,14 @@ fn warm_restart_writes_nothing_and_keeps_connections() {
         })
     };
 
-    first.terminate().unwrap();
-    let mut second = start();
-    let warm = second.wait_synced(Duration::from_secs(300), |s| s.full && s.services == all).unwrap();
+    first.terminate(Duration::from_secs(20)).unwrap();
+    let second = start();
+    let warm = agent::wait_synced(&second, Duration::from_secs(300), |s| s.full && s.services == all).unwrap();
     let log = second.log_tail(200);
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::SeqCst);
     prober.join().unwrap();
-    second.terminate().unwrap();
+    second.terminate(Duration::from_secs(20)).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 
     assert_eq!(warm.objects, 0, "the warm restart wrote {} objects; log:\n{log}", warm.objects);

@@ -1,70 +1,32 @@
 //! The `verdict run` daemon against an [`ApiLab`]'s test API server, in the lab's namespace:
-//! the one launcher the agent's API tests share, with what they read of it (its log, its
-//! `/metrics`, the Events it published on the Node).
+//! the command line the agent's API tests share, and what they read of it (its `/metrics`,
+//! the Events it published on the Node).
 
+use crate::agent_process::{AgentLaunch, AgentProcess};
 use crate::apilab::ApiLab;
+use anyhow::Result;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use tempfile::TempDir;
+use std::time::Duration;
 
-/// The agent process; killed on drop, its kubeconfig, log and state removed with it.
-pub struct LabAgent {
-    child: Child,
-    log: std::path::PathBuf,
-    _dir: TempDir,
-}
-
-impl LabAgent {
-    /// Starts `verdict` (the binary at `verdict`) for node `n1` with the pod network
-    /// 10.0.0.0/8, metrics on 127.0.0.1:10249 and health on 127.0.0.1:10256 of the lab's
-    /// namespace, and `extra` flags.
-    pub fn start(lab: &ApiLab, verdict: &str, tag: &str, extra: &[&str]) -> LabAgent {
-        let dir = TempDir::with_prefix(format!("verdict-{tag}-")).expect("a scratch directory");
-        let kubeconfig = dir.path().join("kubeconfig");
-        lab.server.write_kubeconfig(&kubeconfig).expect("the kubeconfig");
-        let log = dir.path().join("agent.log");
-        let child = Command::new("ip")
-            .args(["netns", "exec", lab.ns.name(), verdict, "run", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
-            .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("the log"))
-            .spawn()
-            .expect("the agent");
-        LabAgent { child, log, _dir: dir }
-    }
-
-    /// What it logged so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits until `f` holds, at most `within`; fails the test with the log otherwise.
-    pub fn wait_within(&self, what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-        let deadline = Instant::now() + within;
-        while !f() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}\nagent log:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// [`LabAgent::wait_within`] 20 s.
-    pub fn wait(&self, what: &str, f: impl FnMut() -> bool) {
-        self.wait_within(what, Duration::from_secs(20), f)
-    }
-}
-
-impl Drop for LabAgent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts `verdict` (the binary at `verdict`) for node `n1` with the pod network
+/// 10.0.0.0/8, metrics on 127.0.0.1:10249 and health on 127.0.0.1:10256 of the lab's
+/// namespace, and `extra` flags; its kubeconfig, log and state in its scratch directory.
+pub fn start(lab: &ApiLab, verdict: &str, tag: &str, extra: &[&str]) -> Result<AgentProcess> {
+    let launch = AgentLaunch::new(&lab.ns, verdict, tag)?;
+    let kubeconfig = launch.dir().join("kubeconfig");
+    lab.server.write_kubeconfig(&kubeconfig)?;
+    let state = launch.dir().join("state");
+    launch
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
+        .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
+        .arg("--state-dir")
+        .arg(&state)
+        .args(extra)
+        .spawn()
 }
 
 /// The agent's `/metrics` text ("" while it does not answer).

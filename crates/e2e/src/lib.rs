@@ -5,6 +5,7 @@
 //! nftables table lives in a namespace created by the harness, and traffic only goes to
 //! addresses inside those namespaces.
 
+pub mod agent_process;
 pub mod apilab;
 pub mod cluster;
 pub mod dataplane;

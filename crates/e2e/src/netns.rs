@@ -125,18 +125,24 @@ impl Netns {
 
     /// Runs `f` on a thread that has entered this namespace (sockets it opens live there).
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.name);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
-                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                    .unwrap_or_else(|e| panic!("setns into {path}: {e}"));
-                f()
-            })
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p))
-        })
+        enter(&self.name, f)
     }
+}
+
+/// Runs `f` on a thread that has entered the namespace named `name` (for holders of the name
+/// only, such as a process started in it).
+pub fn enter<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
+    let path = format!("/run/netns/{name}");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .unwrap_or_else(|e| panic!("setns into {path}: {e}"));
+            f()
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
 }
 
 impl Drop for Netns {

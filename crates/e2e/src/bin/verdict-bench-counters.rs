@@ -21,7 +21,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use verdict_e2e::apilab::ApiLab;
-use verdict_e2e::endtoend::agent::RunningAgent;
+use verdict_e2e::endtoend::agent::{self, Memory};
 use verdict_e2e::endtoend::{NODE, Point, load};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::synth;
@@ -243,8 +243,9 @@ fn scrape_at(verdict: &std::path::Path, services: usize, counters: &str) -> Resu
     let kubeconfig = dir.join("kubeconfig");
     lab.server.write_kubeconfig(&kubeconfig)?;
     let extra = ["--state-dir", "", "--service-counters", counters];
-    let mut agent = RunningAgent::start(lab.ns.name(), verdict, &kubeconfig, NODE, &extra)?;
-    agent.wait_synced(Duration::from_secs(600), |s| s.full && s.services == services as u64)?;
+    let daemon = agent::start(&lab.ns, verdict, &kubeconfig, NODE, &extra)?;
+    let memory = Memory::watch(daemon.pid());
+    agent::wait_synced(&daemon, Duration::from_secs(600), |s| s.full && s.services == services as u64)?;
     let series = |body: &str| body.lines().filter(|l| l.starts_with("verdict_service_connections_total{")).count();
     let gauge = |body: &str, name: &str| {
         body.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0)
@@ -267,9 +268,10 @@ fn scrape_at(verdict: &std::path::Path, services: usize, counters: &str) -> Resu
         scrape_ms: median(&times, |t| *t),
         body_mb: body.len() as f64 / 1e6,
         read_ms: gauge(&body, "verdict_service_counters_read_duration_seconds ") * 1000.0,
-        rss_mib: agent.rss_mib(),
+        rss_mib: memory.rss_mib(),
     };
-    agent.terminate()?;
+    drop(memory);
+    daemon.terminate(Duration::from_secs(20))?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
 }

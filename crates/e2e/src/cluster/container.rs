@@ -8,8 +8,9 @@
 //! Docker container cannot join a namespace by path, and `--network host` would be the
 //! daemon's namespace, the host's.
 
-use super::agent::Agent;
 use super::privileged;
+use crate::agent_process::{AgentLaunch, AgentProcess};
+use crate::topology::Node;
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Container, PodSpec, Probe};
@@ -202,18 +203,16 @@ impl Containers {
     /// and SIGTERM to the client reaches it.
     pub(super) fn start_agent(
         &self,
-        node: &str,
+        node: &Node,
         prefix: &str,
         pause: &str,
         volumes: &Path,
         log: &Path,
-    ) -> Result<Agent> {
+    ) -> Result<AgentProcess> {
         static STARTS: AtomicU32 = AtomicU32::new(0);
         let name = &format!("{prefix}-{}", STARTS.fetch_add(1, Ordering::Relaxed));
-        let args = self.run_args(self.agent(), Role::Agent, node, name, pause, volumes)?;
-        let mut cmd = self.engine_cmd(&[]);
-        cmd.args(&args);
-        Agent::spawn(&mut cmd, log, Some((self.engine.clone(), name.to_string())))
+        let args = self.run_args(self.agent(), Role::Agent, &node.name, name, pause, volumes)?;
+        AgentLaunch::container(&node.ns, &self.engine, name, &args)?.log_file(log).spawn()
     }
 
     /// Runs the agent container with `tweak` applied to its spec until it exits (at most

@@ -16,9 +16,9 @@ pub mod prober;
 pub mod scenarios;
 mod startup;
 
+use crate::agent_process::{self, AgentProcess};
 use crate::netns::Netns;
 use crate::topology::{self, Cluster};
-use agent::Agent;
 use anyhow::{Context, Result, bail};
 use container::{Containers, Pause};
 use objects::{Ep, State, Svc};
@@ -44,7 +44,7 @@ pub const API_ADDRESS: Ipv4Addr = Ipv4Addr::new(192, 168, 50, 2);
 
 /// The running cluster. Fields drop in order: agents, then the server, then the namespaces.
 pub struct NsCluster {
-    agents: Vec<Agent>,
+    agents: Vec<AgentProcess>,
     rt: Runtime,
     /// The test API server.
     pub server: TestApiServer,
@@ -163,18 +163,18 @@ impl NsCluster {
     pub fn start_agent(&mut self, i: usize) -> Result<()> {
         let node = &self.topo.nodes[i];
         let log = self.workdir.path().join(format!("{}.log", node.name));
-        let mut agent = match &self.containers {
+        let agent = match &self.containers {
             None => {
                 let (config, state) = namespace_volumes(self.workdir.path(), &node.name);
-                Agent::start(&node.ns, &node.name, &self.workdir.path().join("kube-proxy"), (&config, &state), &log)?
+                agent::start(&node.ns, &node.name, &self.workdir.path().join("kube-proxy"), (&config, &state), &log)?
             }
             Some(c) => {
                 let pause = &self.pauses[i].name;
                 let volumes = container::volumes_dir(self.workdir.path(), &node.name);
-                c.start_agent(&node.name, &format!("{pause}-agent"), pause, &volumes, &log)?
+                c.start_agent(node, &format!("{pause}-agent"), pause, &volumes, &log)?
             }
         };
-        agent.wait_healthy(&node.ns, Duration::from_secs(30))?;
+        agent.wait_healthy(Duration::from_secs(30))?;
         match self.agents.get_mut(i) {
             Some(slot) => *slot = agent,
             None => self.agents.push(agent),
@@ -195,7 +195,7 @@ impl NsCluster {
             .filter_map(|(what, p)| container::http_probe(p).map(|(path, port)| (what, path, port)))
             .map(|(what, path, port)| {
                 let addr = SocketAddr::new(node.ipv4.into(), port);
-                let code = node.ns.run(|| agent::http_get(addr, &path));
+                let code = node.ns.run(|| agent_process::http_get(addr, &path));
                 (what, path, port, code)
             })
             .collect()
@@ -221,7 +221,7 @@ impl NsCluster {
 
     /// Stops node `i`'s agent with SIGTERM (rules stay in place) and waits for it to exit.
     pub fn stop_agent(&mut self, i: usize) -> Result<()> {
-        self.agents[i].terminate()
+        self.agents[i].terminate(Duration::from_secs(10))
     }
 
     /// Applies a Service.

@@ -3,7 +3,7 @@
 //! Service, which the nodes cannot reach before them (a cluster bootstrapped without
 //! kube-proxy: the agents reach the API server at its real address, from the kubeconfig).
 
-use super::agent::http_get;
+use crate::agent_process::http_get;
 use crate::netns::Netns;
 use anyhow::{Result, bail, ensure};
 use std::net::SocketAddr;

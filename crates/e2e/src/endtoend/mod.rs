@@ -8,7 +8,7 @@ pub mod plot;
 
 use crate::apilab::{self, ApiLab};
 use crate::synth;
-use agent::RunningAgent;
+use agent::Memory;
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::time::Duration;
@@ -138,26 +138,29 @@ pub fn start(
 ) -> Result<Start> {
     lab.server.clear_requests();
     let bytes_before = lab.server.bytes_sent();
-    let mut agent = RunningAgent::start(lab.ns.name(), verdict, kubeconfig, NODE, extra)?;
+    let daemon = agent::start(&lab.ns, verdict, kubeconfig, NODE, extra)?;
+    let memory = Memory::watch(daemon.pid());
     let want = point.services as u64;
-    let synced = agent.wait_synced(Duration::from_secs(600), |s| s.full && s.services == want)?;
+    let synced = agent::wait_synced(&daemon, Duration::from_secs(600), |s| s.full && s.services == want)?;
     std::thread::sleep(EARLY.min(settle));
-    let early_rss_mib = agent.rss_mib();
+    let early_rss_mib = memory.rss_mib();
     std::thread::sleep(settle.saturating_sub(EARLY));
     let requests = lab.server.requests();
     let out = Start {
         programmed_s: synced.at.as_secs_f64(),
         full_sync_ms: synced.ms,
         objects: synced.objects,
-        peak_rss_mib: agent.peak_rss_mib(),
+        peak_rss_mib: memory.peak_rss_mib(),
         early_rss_mib,
-        settled_rss_mib: agent.rss_mib(),
+        settled_rss_mib: memory.rss_mib(),
         lists: requests.iter().filter(|r| r.verb == Verb::List).count(),
         watches: requests.iter().filter(|r| r.verb == Verb::Watch).count(),
         bytes: lab.server.bytes_sent() - bytes_before,
         saved_state: None,
         heap_mib: None,
     };
-    let log = agent.terminate()?;
+    drop(memory);
+    daemon.terminate(Duration::from_secs(20))?;
+    let log = daemon.log_tail(200);
     Ok(Start { saved_state: agent::saved_state(&log), heap_mib: agent::heap_after_sync(&log), ..out })
 }
