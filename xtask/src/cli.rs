@@ -30,7 +30,7 @@ pub enum Command {
     /// A two-node namespace cluster with verdict agents: a Service created, scaled, deleted
     Demo,
     /// Cold sync and one-endpoint change: verdict over netlink vs `nft -f` (report in
-    /// target/bench/report.md); or --e2e, or --counters
+    /// target/bench/report.md); or --e2e, or --counters, or --dataplane
     Bench(Bench),
     /// The e2e scenarios on a two-node namespace cluster; or on kind (--kind); or with each agent
     /// a container of the image (--containers)
@@ -64,7 +64,7 @@ impl Test {
 }
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("mode").args(["e2e", "counters"])))]
+#[command(group(ArgGroup::new("mode").args(["e2e", "counters", "dataplane"])))]
 pub struct Bench {
     /// The real `verdict run` binary against the test API server: start to programmed, warm
     /// restart, RSS (verdict-bench-e2e; report and plots in target/bench)
@@ -75,17 +75,25 @@ pub struct Bench {
     #[arg(long)]
     pub counters: bool,
 
-    /// Cold-sync sizes, in Services [default: 1000,10000,100000]
-    #[arg(long, value_name = "N,...", value_delimiter = ',', conflicts_with = "mode")]
+    /// The data plane: connections/s, connect latency, bulk throughput, CPU per GB and UDP
+    /// request/response through no proxy, one static DNAT rule, verdict and kube-proxy's iptables
+    /// modes, at each of --sizes (verdict-bench-dataplane; target/bench/dataplane.md and plots)
+    #[arg(long)]
+    pub dataplane: bool,
+
+    /// Cold-sync sizes, in Services [default: 1000,10000,100000; with --dataplane:
+    /// 100,10000,100000]
+    #[arg(long, value_name = "N,...", value_delimiter = ',', conflicts_with_all = ["e2e", "counters"])]
     pub sizes: Vec<usize>,
     /// One-endpoint-change sizes, in Services [default: 1000,100000]
     #[arg(long, value_name = "N,...", value_delimiter = ',', conflicts_with = "mode")]
     pub change_sizes: Vec<usize>,
-    /// Endpoints per Service [default: 10; with --counters: 2]
+    /// Endpoints per Service [default: 10; with --counters: 2; with --dataplane also the server
+    /// pods per node]
     #[arg(long, value_name = "E", conflicts_with = "e2e")]
     pub endpoints: Option<usize>,
     /// Runs per size (the median is reported) [default: 3]
-    #[arg(long, value_name = "R", conflicts_with = "e2e")]
+    #[arg(long, value_name = "R", conflicts_with_all = ["e2e", "dataplane"])]
     pub runs: Option<usize>,
     /// One-endpoint changes per size [default: 9]
     #[arg(long, value_name = "C", conflicts_with = "mode")]
@@ -104,6 +112,21 @@ pub struct Bench {
     /// With --e2e: seconds to wait after the sync for RSS to settle [default: 15]
     #[arg(long, value_name = "S", requires = "e2e")]
     pub settle: Option<f64>,
+
+    /// With --dataplane: seconds per measure (each of connections/s, UDP request/response, one
+    /// stream, eight streams, on each of three paths) [default: 2]
+    #[arg(long, value_name = "S", requires = "dataplane")]
+    pub seconds: Option<f64>,
+    /// With --dataplane: parallel clients for connections/s [default: 32]
+    #[arg(long, value_name = "W", requires = "dataplane")]
+    pub workers: Option<usize>,
+    /// With --dataplane: parallel clients (one flow each) for UDP request/response [default: 8]
+    #[arg(long, value_name = "W", requires = "dataplane")]
+    pub udp_workers: Option<usize>,
+    /// With --dataplane: seconds an iptables-restore may take before it is reported as not
+    /// loaded [default: 300]
+    #[arg(long, value_name = "S", requires = "dataplane")]
+    pub iptables_budget: Option<f64>,
 
     /// With --counters: Services [default: 100000]
     #[arg(long, value_name = "N", requires = "counters")]

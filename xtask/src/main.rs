@@ -6,6 +6,7 @@
 //! cargo xtask bench   verdict's netlink programming vs `nft -f`, into target/bench/report.md
 //! cargo xtask bench --e2e   `verdict run` against the test API server: start, restart, RSS
 //! cargo xtask bench --counters   what --service-counters costs: commit, connect latency, connections/s
+//! cargo xtask bench --dataplane   what a packet pays: no proxy, static DNAT, verdict, iptables
 //! cargo xtask e2e     a two-node namespace cluster with verdict daemons and the test API server
 //! cargo xtask e2e --kind [--dry-run]   the same scenarios on a kind cluster (Docker)
 //! cargo xtask e2e --containers         the namespace cluster, each agent a container of the image
@@ -224,6 +225,41 @@ fn bench_counters(a: &cli::Bench) -> Result<()> {
     run::program(&run::release_dir()?.join("verdict-bench-counters"), &rest, &[])
 }
 
+/// `cargo xtask bench --dataplane [--sizes N,...] [--seconds S] ...`: connections/s, connect
+/// latency, throughput, CPU per GB and UDP request/response through each contender.
+fn bench_dataplane(a: &cli::Bench) -> Result<()> {
+    run::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "verdict-e2e",
+        "--bin",
+        "verdict-bench-dataplane",
+        "--bin",
+        "verdict-load",
+        "--bin",
+        "verdict-echo",
+    ])?;
+    let root = run::workspace_root()?;
+    let mut args = vec![
+        "--echo".to_string(),
+        run::release_bin("verdict-echo")?,
+        "--load".to_string(),
+        run::release_bin("verdict-load")?,
+        "--out".to_string(),
+        root.join("target/bench").display().to_string(),
+    ];
+    forward(&mut args, "--sizes", list(&a.sizes));
+    forward(&mut args, "--endpoints", a.endpoints);
+    forward(&mut args, "--seconds", a.seconds);
+    forward(&mut args, "--workers", a.workers);
+    forward(&mut args, "--udp-workers", a.udp_workers);
+    forward(&mut args, "--iptables-budget", a.iptables_budget);
+    run::program(&run::release_dir()?.join("verdict-bench-dataplane"), &args, &[])?;
+    println!("(dataplane.md and dataplane-*.svg in target/bench: copy them into docs/ with the context of the run)");
+    Ok(())
+}
+
 /// `cargo xtask demo`.
 fn demo() -> Result<()> {
     deps::ensure()?;
@@ -247,6 +283,9 @@ fn bench(a: &cli::Bench) -> Result<()> {
     }
     if a.counters {
         return bench_counters(a);
+    }
+    if a.dataplane {
+        return bench_dataplane(a);
     }
     run::cargo(&["build", "--release", "-p", "verdict-e2e", "--bin", "verdict-bench"])?;
     let root = run::workspace_root()?;

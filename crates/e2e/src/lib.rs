@@ -9,6 +9,7 @@ pub mod agent_process;
 pub mod apilab;
 pub mod cluster;
 pub mod dataplane;
+pub mod dataplane_bench;
 pub mod endtoend;
 pub mod fixtures;
 pub mod flows;

@@ -65,6 +65,16 @@ fn a_flag_of_another_mode_is_an_error_not_ignored() {
     assert_eq!(kind(&["bench", "--points", "1000x10"]), ErrorKind::MissingRequiredArgument);
     assert_eq!(kind(&["bench", "--e2e", "--sizes", "1000"]), ErrorKind::ArgumentConflict);
     assert_eq!(kind(&["bench", "--e2e", "--counters"]), ErrorKind::ArgumentConflict);
+    assert_eq!(kind(&["bench", "--dataplane", "--counters"]), ErrorKind::ArgumentConflict);
+    assert_eq!(kind(&["bench", "--dataplane", "--runs", "3"]), ErrorKind::ArgumentConflict);
+    assert_eq!(kind(&["bench", "--dataplane", "--changes", "3"]), ErrorKind::ArgumentConflict);
+    assert_eq!(kind(&["bench", "--seconds", "2"]), ErrorKind::MissingRequiredArgument);
+    let Some(Command::Bench(b)) =
+        parse(&["bench", "--dataplane", "--sizes", "100,10000", "--seconds", "1.5"]).unwrap().command
+    else {
+        panic!()
+    };
+    assert!(b.dataplane && b.sizes == [100, 10000] && b.seconds == Some(1.5) && b.workers.is_none());
     assert_eq!(kind(&["e2e", "--kind", "--containers"]), ErrorKind::ArgumentConflict);
     assert_eq!(kind(&["e2e", "--base-from-debootstrap"]), ErrorKind::MissingRequiredArgument);
     assert_eq!(kind(&["e2e", "--engine", "podman"]), ErrorKind::MissingRequiredArgument);

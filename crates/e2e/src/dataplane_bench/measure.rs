@@ -1,0 +1,112 @@
+//! The measures of one path through one contender, each a run of `verdict-load` in the
+//! client's namespace.
+
+use super::Path;
+use super::lab::{Bins, Lab};
+use crate::netns::Netns;
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::net::SocketAddr;
+
+/// Durations and concurrency.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Seconds per measure.
+    pub seconds: f64,
+    /// Parallel clients for connections/s.
+    pub workers: usize,
+    /// Parallel clients for UDP request/response.
+    pub udp_workers: usize,
+}
+
+/// New connections.
+#[derive(Clone, Debug, Default)]
+pub struct Connect {
+    /// Completed connections per second (connect, first byte, close).
+    pub per_sec: f64,
+    /// Connect latency, median, µs.
+    pub p50_us: f64,
+    /// Connect latency, 99th percentile, µs.
+    pub p99_us: f64,
+    /// Connections that failed or timed out.
+    pub errors: u64,
+}
+
+/// Established-flow throughput.
+#[derive(Clone, Debug, Default)]
+pub struct Bulk {
+    /// Bytes per second.
+    pub bytes_per_sec: f64,
+    /// CPU seconds (all CPUs, busy jiffies) per GB moved.
+    pub cpu_s_per_gb: f64,
+}
+
+/// Everything measured on one path; each measure is its result or why it failed.
+#[derive(Clone, Debug)]
+pub struct Measures {
+    /// Connections per second and connect latency.
+    pub connect: Result<Connect, String>,
+    /// One stream.
+    pub bulk1: Result<Bulk, String>,
+    /// Eight streams.
+    pub bulk8: Result<Bulk, String>,
+    /// UDP request/response per second.
+    pub udp_rr: Result<f64, String>,
+}
+
+fn load(ns: &Netns, bins: &Bins, mode: &str, to: SocketAddr, workers: usize, seconds: f64) -> Result<Value> {
+    let out = ns.check(&[bins.load(), mode, &to.to_string(), &workers.to_string(), &format!("{seconds}")])?;
+    serde_json::from_str(out.trim()).with_context(|| format!("verdict-load {mode} printed {out:?}"))
+}
+
+fn num(v: &Value, key: &str) -> Result<f64> {
+    v[key].as_f64().with_context(|| format!("no {key} in {v}"))
+}
+
+/// USER_HZ: /proc/stat counts in hundredths of a second.
+const JIFFIES_PER_SECOND: f64 = 100.0;
+
+fn bulk(ns: &Netns, bins: &Bins, to: SocketAddr, streams: usize, s: &Settings) -> Result<Bulk> {
+    let v = load(ns, bins, "bulk", to, streams, s.seconds)?;
+    let bytes = num(&v, "bytes")?;
+    if bytes <= 0.0 {
+        bail!("no bytes moved");
+    }
+    Ok(Bulk {
+        bytes_per_sec: num(&v, "bytes_per_sec")?,
+        cpu_s_per_gb: num(&v, "busy_jiffies")? / JIFFIES_PER_SECOND / (bytes / 1e9),
+    })
+}
+
+/// Runs every measure of `path` against `to`.
+pub fn path(lab: &Lab, bins: &Bins, path: Path, to: SocketAddr, s: &Settings) -> Measures {
+    let ns = lab.client(path);
+    let connect = (|| -> Result<Connect> {
+        let v = load(ns, bins, "connect", to, s.workers, s.seconds)?;
+        let c = Connect {
+            per_sec: num(&v, "per_sec")?,
+            p50_us: num(&v, "p50_us")?,
+            p99_us: num(&v, "p99_us")?,
+            errors: v["errors"].as_u64().unwrap_or(0),
+        };
+        if c.per_sec <= 0.0 {
+            bail!("no connection completed ({} errors)", c.errors);
+        }
+        Ok(c)
+    })();
+    let udp_rr = (|| -> Result<f64> {
+        let v = load(ns, bins, "udp-rr", to, s.udp_workers, s.seconds)?;
+        let rate = num(&v, "per_sec")?;
+        if rate <= 0.0 {
+            bail!("no reply ({} lost)", v["lost"]);
+        }
+        Ok(rate)
+    })();
+    let text = |e: anyhow::Error| format!("{e:#}").lines().next().unwrap_or("failed").to_string();
+    Measures {
+        connect: connect.map_err(text),
+        bulk1: bulk(ns, bins, to, 1, s).map_err(text),
+        bulk8: bulk(ns, bins, to, 8, s).map_err(text),
+        udp_rr: udp_rr.map_err(text),
+    }
+}
