@@ -194,7 +194,7 @@ fn plan(suites: &[suites::Suite], opts: &Options) -> String {
     let mut s = String::from(
         "#!/bin/sh\n\
          export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root\n\
-         export VERDICT_REQUIRE_KERNEL=1 VERDICT_REQUIRE_IPTABLES=1 RUST_BACKTRACE=1\n\
+         export VERDICT_REQUIRE_KERNEL=1 VERDICT_REQUIRE_IPTABLES=1 VERDICT_REQUIRE_FLOWTABLE=1 RUST_BACKTRACE=1\n\
          now() { cut -d' ' -f1 /proc/uptime; }\n\
          run() {\n  name=$1; dir=$2; shift 2\n  echo \"verdict-vm: suite $name\" > /dev/console\n  t0=$(now)\n\
          \x20 (cd \"$dir\" && exec \"$@\") > /verdict-out/$name.log 2>&1 < /dev/null\n  rc=$?\n\
@@ -208,9 +208,10 @@ fn plan(suites: &[suites::Suite], opts: &Options) -> String {
         let _ = writeln!(
             s,
             // A directory the guest cannot enter fails the suite with the reason in its log.
-            "run {} {} timeout -k 10 {limit} {}{extra}",
+            "run {} {} {}timeout -k 10 {limit} {}{extra}",
             suite.name,
             quote(&suite.dir),
+            suite.env.iter().map(|(k, v)| format!("env {k}={v} ")).collect::<String>(),
             quote(&suite.exe)
         );
     }

@@ -76,6 +76,9 @@ pub enum Event {
     /// Another program changed a table of its own (a firewall may now drop Service traffic):
     /// look again (see [`crate::firewalls`]).
     OtherTablesChanged,
+    /// The node's interfaces the fast path's flowtable should hold now (see
+    /// [`crate::fast_path`]).
+    FastPathDevices(std::collections::BTreeSet<String>),
     /// The table monitor stopped: changes by other programs would go unnoticed, so full
     /// reconciles read the kernel's table again.
     MonitorStopped,

@@ -13,6 +13,7 @@ pub mod dir;
 pub mod drift;
 pub mod event;
 pub mod family_metrics;
+pub mod fast_path;
 pub mod firewalls;
 pub mod foreign_proxy;
 pub mod health;

@@ -32,6 +32,10 @@ pub const SERVICE_CHANGES_PENDING: &str = "kubeproxy_sync_proxy_rules_service_ch
 pub const SYNC_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total";
 /// Changes other programs made to the table, each followed by a full reconcile (counter).
 pub const TABLE_DRIFT: &str = "verdict_table_foreign_changes_total";
+/// Interfaces the fast path's flowtable holds (`--flowtable-interfaces`).
+pub const FAST_PATH_DEVICES: &str = "verdict_fast_path_devices";
+/// Flowtable device changes the kernel refused (retried a second later).
+pub const FAST_PATH_DEVICE_FAILURES: &str = "verdict_fast_path_device_failures_total";
 /// Failed deletions of chains flushed earlier (counter; upstream's name).
 pub const CLEANUP_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total";
 /// `/healthz` answers by code (counter).
@@ -144,6 +148,11 @@ pub fn describe() {
     describe_counter!(SYNC_FAILURES, "Cumulative proxy nftables sync failures");
     describe_counter!(CLEANUP_FAILURES, "Cumulative proxy nftables cleanup failures");
     describe_counter!(TABLE_DRIFT, "Changes other programs made to verdict's table, each reconciled");
+    describe_gauge!(FAST_PATH_DEVICES, "Interfaces the fast path's flowtable holds (--flowtable-interfaces)");
+    describe_counter!(
+        FAST_PATH_DEVICE_FAILURES,
+        "Flowtable device changes the kernel refused (an interface gone meanwhile); retried a second later"
+    );
     describe_counter!(HEALTHZ_TOTAL, "Cumulative proxy healthz HTTP status");
     describe_counter!(LIVEZ_TOTAL, "Cumulative proxy livez HTTP status");
     describe_histogram!(TX_OPERATIONS, "Kernel objects written by each nftables transaction");

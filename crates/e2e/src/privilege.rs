@@ -27,3 +27,40 @@ macro_rules! require_kernel {
         }
     };
 }
+
+/// Whether this kernel has software flowtables (the fast path), probed in a namespace of its
+/// own. Prints why not, and panics instead when `VERDICT_REQUIRE_FLOWTABLE=1` (the kernel
+/// matrix sets it: Debian's kernels have them; a kernel built without
+/// `CONFIG_NF_FLOW_TABLE`, such as some VM hosts', cannot run these tests at all).
+pub fn flowtable_tests_enabled(test: &str) -> bool {
+    let probe = crate::netns::Netns::new("ftprobe").expect("a namespace for the flowtable probe");
+    let supported = probe.run(|| {
+        let mut nl = verdict_nft::netlink::Netlink::open().expect("netlink");
+        nl.supports_flowtables().expect("the flowtable probe")
+    });
+    if supported {
+        return true;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = release.trim();
+    let msg = format!(
+        "SKIPPED {test}: kernel {release} has no software flowtables (CONFIG_NF_FLOW_TABLE_INET); \
+         the fast path's tests run on Debian's kernels with `cargo xtask kernels`"
+    );
+    if std::env::var("VERDICT_REQUIRE_FLOWTABLE").as_deref() == Ok("1") {
+        panic!("{msg} (VERDICT_REQUIRE_FLOWTABLE=1 forbids skipping)");
+    }
+    eprintln!("\n*** {msg} ***\n");
+    false
+}
+
+/// Returns early from a test (with a loud message) when the fast path cannot run here.
+#[macro_export]
+macro_rules! require_flowtable {
+    () => {
+        $crate::require_kernel!();
+        if !$crate::privilege::flowtable_tests_enabled(module_path!()) {
+            return;
+        }
+    };
+}

@@ -109,6 +109,20 @@ pub const NFTA_TRACE_MARK: u16 = 14;
 pub const NFTA_TRACE_NFPROTO: u16 = 15;
 pub const NFTA_TRACE_POLICY: u16 = 16;
 
+// ---- linux/netfilter/nf_tables.h, flowtables (not in libc)
+pub const NFT_MSG_NEWFLOWTABLE: u16 = 22;
+pub const NFT_MSG_GETFLOWTABLE: u16 = 23;
+pub const NFT_MSG_DELFLOWTABLE: u16 = 24;
+pub const NFTA_FLOWTABLE_TABLE: u16 = 1;
+pub const NFTA_FLOWTABLE_NAME: u16 = 2;
+pub const NFTA_FLOWTABLE_HOOK: u16 = 3;
+pub const NFTA_FLOWTABLE_HOOK_NUM: u16 = 1;
+pub const NFTA_FLOWTABLE_HOOK_PRIORITY: u16 = 2;
+pub const NFTA_FLOWTABLE_HOOK_DEVS: u16 = 3;
+pub const NFTA_DEVICE_NAME: u16 = 1;
+/// `NF_NETDEV_INGRESS`, linux/netfilter.h: the only hook a flowtable has.
+pub const NF_NETDEV_INGRESS: u32 = 0;
+
 // ---- linux/netfilter/nfnetlink_conntrack.h (not in libc)
 pub const IPCTNL_MSG_CT_NEW: u16 = 0;
 pub const IPCTNL_MSG_CT_GET: u16 = 1;

@@ -5,7 +5,7 @@
 //! failure, periodically), and `crate::desired::DesiredTable` records what it touched since the
 //! last commit. [`emit`] orders the operations the kernel's way for both.
 
-use crate::ruleset::{Blob, Chain, Elem, ElementMap, Ruleset, Set, SetDecl};
+use crate::ruleset::{Blob, Chain, Elem, ElementMap, Flowtable, Ruleset, Set, SetDecl};
 use crate::transaction::{ElementList, Op, Transaction};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -32,6 +32,9 @@ pub(crate) struct ChangeSet {
     pub sets: Vec<(String, Option<SetDecl>, Option<SetDecl>)>,
     /// Element changes of sets that stay as they are declared.
     pub elements: BTreeMap<String, Vec<ElementChange>>,
+    /// Flowtables created, removed or recreated (their devices are not compared: see
+    /// [`Flowtable`]).
+    pub flowtables: Vec<(String, Option<Flowtable>, Option<Flowtable>)>,
 }
 
 /// Plans the move from `committed` (`None`: our table does not exist) to `desired`.
@@ -67,6 +70,20 @@ pub fn diff(committed: Option<&Ruleset>, desired: &Ruleset) -> Plan {
     for (name, old) in &have.sets {
         if !result.sets.contains_key(name) {
             changes.sets.push((name.clone(), Some(old.decl.clone()), None));
+        }
+    }
+    for (name, want) in &mut result.flowtables {
+        match have.flowtables.get(name) {
+            Some(old) if old.declaration() == want.declaration() => want.devices = old.devices.clone(),
+            old => {
+                want.devices.clear();
+                changes.flowtables.push((name.clone(), old.cloned(), Some(want.clone())));
+            }
+        }
+    }
+    for (name, old) in &have.flowtables {
+        if !result.flowtables.contains_key(name) {
+            changes.flowtables.push((name.clone(), Some(old.clone()), None));
         }
     }
     let names: BTreeSet<&String> = have.chains.keys().chain(result.chains.keys()).collect();
@@ -147,10 +164,13 @@ pub(crate) fn emit(changes: ChangeSet, desired: &Ruleset, table_exists: bool) ->
             (None, None) => {}
         }
     }
-    // A set that is recreated must first lose every rule that uses it; those rules come back
-    // after it (unchanged chains included).
+    let flowtables_gone: Vec<&String> =
+        changes.flowtables.iter().filter(|(_, b, _)| b.is_some()).map(|f| &f.0).collect();
+    // A set or flowtable that is recreated must first lose every rule that uses it; those rules
+    // come back after it (unchanged chains included).
     for (name, chain) in &desired.chains {
-        let uses_recreated = chain.rules.iter().flat_map(|r| r.set_refs()).any(|s| recreated.iter().any(|r| *r == s));
+        let uses_recreated = chain.rules.iter().flat_map(|r| r.set_refs()).any(|s| recreated.iter().any(|r| *r == s))
+            || chain.rules.iter().flat_map(|r| r.flowtable_refs()).any(|f| flowtables_gone.iter().any(|g| *g == f));
         if uses_recreated && !new_chains.contains(name) && !rebased.contains(name) {
             rewritten.insert(name.clone());
         }
@@ -165,6 +185,11 @@ pub(crate) fn emit(changes: ChangeSet, desired: &Ruleset, table_exists: bool) ->
     }
     for name in &new_sets {
         tx.ops.push(Op::AddSet(desired.sets[*name].decl.clone()));
+    }
+    for (_, before, after) in &changes.flowtables {
+        if let (None, Some(ft)) = (before, after) {
+            tx.ops.push(Op::AddFlowtable(Flowtable { devices: Default::default(), ..ft.clone() }));
+        }
     }
     // 2. Drop references: flush the rules of every chain that changes or goes away.
     for name in rewritten.iter().chain(&removed_chains) {
@@ -183,6 +208,14 @@ pub(crate) fn emit(changes: ChangeSet, desired: &Ruleset, table_exists: bool) ->
     }
     for name in &recreated {
         tx.ops.push(Op::AddSet(desired.sets[*name].decl.clone()));
+    }
+    for (name, before, after) in &changes.flowtables {
+        if before.is_some() {
+            tx.ops.push(Op::DeleteFlowtable(name.clone()));
+            if let Some(ft) = after {
+                tx.ops.push(Op::AddFlowtable(Flowtable { devices: Default::default(), ..ft.clone() }));
+            }
+        }
     }
     // 5. Element additions: all of a new or recreated set (shared, not copied), or what changed.
     for name in new_sets.iter().chain(&recreated) {

@@ -65,4 +65,5 @@ pub enum LowExpr {
     Reject { kind: u32, code: u8 },
     Counter,
     Dynset { op: u32, sreg_key: u32, set: String },
+    FlowOffload { flowtable: String },
 }

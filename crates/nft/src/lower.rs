@@ -324,6 +324,7 @@ impl Lowering {
                 self.load(*key, r1, None);
                 self.push(LowExpr::Dynset { op: kernel_consts::NFT_DYNSET_OP_UPDATE, sreg_key: r1, set: set.clone() });
             }
+            Stmt::FlowAdd { flowtable } => self.push(LowExpr::FlowOffload { flowtable: flowtable.clone() }),
         }
     }
 

@@ -279,5 +279,6 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
         handles.insert(wire.handle, (wire.chain.clone(), rules.len()));
         rules.push(rule);
     }
+    rs.flowtables = dump.flowtables.into_iter().map(|ft| (ft.name.clone(), ft)).collect();
     Observed { ruleset: rs, foreign, handles, generation: None }
 }

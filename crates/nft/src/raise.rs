@@ -391,6 +391,10 @@ impl Raising<'_> {
                 self.items.push(Item::Stmt(Stmt::Update { set: set.clone(), key }));
                 Some(i + 1)
             }
+            LowExpr::FlowOffload { flowtable } => {
+                self.items.push(Item::Stmt(Stmt::FlowAdd { flowtable: flowtable.clone() }));
+                Some(i + 1)
+            }
             _ => None,
         }
     }

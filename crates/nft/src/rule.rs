@@ -206,6 +206,14 @@ impl Rule {
             _ => None,
         })
     }
+
+    /// Flowtables this rule offloads to.
+    pub fn flowtable_refs(&self) -> impl Iterator<Item = &str> {
+        self.items.iter().filter_map(|item| match item {
+            Item::Stmt(Stmt::FlowAdd { flowtable }) => Some(flowtable.as_str()),
+            _ => None,
+        })
+    }
 }
 
 /// One part of a rule.
@@ -369,6 +377,12 @@ pub enum Stmt {
         /// The key.
         key: Selector,
     },
+    /// `flow add @<flowtable>`: the packet's connection is offloaded to the flowtable, whose
+    /// ingress hook forwards its later packets without the netfilter hooks.
+    FlowAdd {
+        /// The flowtable.
+        flowtable: String,
+    },
 }
 
 /// Shorthands that keep the renderer readable.
@@ -394,6 +408,10 @@ pub mod build {
     /// `ct state new`.
     pub fn ct_state_new() -> Item {
         Item::Match(Match::Flags { left: Selector::CtState, flags: CT_STATE_NEW })
+    }
+    /// `ct state established`.
+    pub fn ct_state_established() -> Item {
+        Item::Match(Match::Flags { left: Selector::CtState, flags: CT_STATE_ESTABLISHED })
     }
     /// `ct status dnat`.
     pub fn ct_status_dnat() -> Item {
@@ -430,5 +448,7 @@ pub mod build {
 
 /// `ct state new` bit.
 pub(crate) const CT_STATE_NEW: u32 = 8;
+/// `ct state established` bit.
+pub(crate) const CT_STATE_ESTABLISHED: u32 = 2;
 /// `ct status dnat` bit.
 pub(crate) const CT_STATUS_DNAT: u32 = 0x20;

@@ -24,12 +24,14 @@ pub struct Ruleset {
     pub chains: BTreeMap<String, Chain>,
     /// Named sets and maps by name (anonymous sets live inside the rules that use them).
     pub sets: BTreeMap<String, Set>,
+    /// Flowtables by name (the opt-in fast path; none by default).
+    pub flowtables: BTreeMap<String, Flowtable>,
 }
 
 impl Ruleset {
     /// An empty table.
     pub fn new(table: Table) -> Ruleset {
-        Ruleset { table, chains: BTreeMap::new(), sets: BTreeMap::new() }
+        Ruleset { table, chains: BTreeMap::new(), sets: BTreeMap::new(), flowtables: BTreeMap::new() }
     }
 
     /// Total number of set and map elements.
@@ -44,6 +46,14 @@ impl Ruleset {
     /// path fills.
     pub fn equivalent(&self, other: &Ruleset) -> bool {
         if self.table != other.table || self.chains != other.chains {
+            return false;
+        }
+        if !self
+            .flowtables
+            .values()
+            .map(Flowtable::declaration)
+            .eq(other.flowtables.values().map(Flowtable::declaration))
+        {
             return false;
         }
         if self.sets.len() != other.sets.len() {
@@ -70,6 +80,42 @@ pub struct Table {
 impl Default for Table {
     fn default() -> Self {
         Table { name: DEFAULT_TABLE.to_string(), comment: Some("rules for kube-proxy".to_string()) }
+    }
+}
+
+/// A flowtable: the software fast path that forwards the later packets of an offloaded
+/// connection from the ingress hook of `devices`, past routing and the netfilter hooks.
+///
+/// Its devices are not part of what a sync renders: they are the node's interfaces of the
+/// moment, which come and go with pods, so `diff` creates the flowtable bare and
+/// [`Flowtable::device_changes`] joins and removes them in transactions of their own, which a
+/// vanished interface can fail without failing a Service change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flowtable {
+    /// Flowtable name.
+    pub name: String,
+    /// The ingress hook's priority.
+    pub priority: i32,
+    /// The interfaces whose ingress hook looks up offloaded flows (as read from the kernel).
+    pub devices: std::collections::BTreeSet<String>,
+}
+
+impl Flowtable {
+    /// A flowtable at the ingress hook with priority `filter` and no devices.
+    pub fn new(name: impl Into<String>) -> Flowtable {
+        Flowtable { name: name.into(), priority: 0, devices: Default::default() }
+    }
+
+    /// What `diff` compares: everything but the devices.
+    pub fn declaration(&self) -> (&str, i32) {
+        (&self.name, self.priority)
+    }
+
+    /// The devices to add and to remove so that the flowtable holds `wanted`.
+    pub fn device_changes(&self, wanted: &std::collections::BTreeSet<String>) -> (Vec<String>, Vec<String>) {
+        let add = wanted.difference(&self.devices).cloned().collect();
+        let remove = self.devices.difference(wanted).cloned().collect();
+        (add, remove)
     }
 }
 

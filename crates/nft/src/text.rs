@@ -6,11 +6,12 @@
 //! for dry runs, logs and the benchmark's `nft -f` baseline.
 
 use crate::rule::{
-    CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Reject, Rule, Selector, Stmt, Value, decode_concat,
+    CT_STATE_ESTABLISHED, CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Reject, Rule, Selector, Stmt,
+    Value, decode_concat,
 };
 use crate::ruleset::{
-    BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, ElementMap, Hook, KeySpec, Ruleset, Set,
-    SetDecl,
+    BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, ElementMap, Flowtable, Hook, KeySpec,
+    Ruleset, Set, SetDecl,
 };
 use crate::transaction::{Op as TxOp, Transaction};
 use std::fmt::Write;
@@ -27,6 +28,9 @@ pub fn listing(rs: &Ruleset) -> String {
     for set in rs.sets.values() {
         blocks.push(set_block(set));
     }
+    for flowtable in rs.flowtables.values() {
+        blocks.push(flowtable_block(flowtable));
+    }
     for chain in rs.chains.values() {
         blocks.push(chain_block(chain));
     }
@@ -37,6 +41,25 @@ pub fn listing(rs: &Ruleset) -> String {
 
 fn quote(s: &str) -> String {
     format!("\"{s}\"")
+}
+
+fn flowtable_block(ft: &Flowtable) -> String {
+    let mut out = format!("\tflowtable {} {{\n", ft.name);
+    let _ = writeln!(out, "\t\thook ingress priority {}", flowtable_priority(ft.priority));
+    if !ft.devices.is_empty() {
+        let _ = writeln!(out, "\t\tdevices = {{ {} }}", ft.devices.iter().cloned().collect::<Vec<_>>().join(", "));
+    }
+    out.push_str("\t}\n");
+    out
+}
+
+/// nft's spelling of an ingress priority: `filter` and offsets from it.
+fn flowtable_priority(p: i32) -> String {
+    match p {
+        0 => "filter".into(),
+        p if p > 0 => format!("filter + {p}"),
+        p => format!("filter - {}", -p),
+    }
 }
 
 fn set_block(set: &Set) -> String {
@@ -242,6 +265,7 @@ fn neq(op: Op) -> &'static str {
 fn flag_names(sel: &Selector, flags: u32) -> String {
     match (sel, flags) {
         (Selector::CtState, CT_STATE_NEW) => "new".into(),
+        (Selector::CtState, CT_STATE_ESTABLISHED) => "established".into(),
         (Selector::CtStatus, CT_STATUS_DNAT) => "dnat".into(),
         _ => format!("0x{flags:08x}"),
     }
@@ -306,6 +330,7 @@ fn item_text(item: &Item) -> String {
             Stmt::Counter => "counter".into(),
             Stmt::NfTrace => "meta nftrace set 1".into(),
             Stmt::Update { set, key } => format!("update @{set} {{ {} }}", selector(key)),
+            Stmt::FlowAdd { flowtable } => format!("flow add @{flowtable}"),
         },
     }
 }
@@ -402,6 +427,25 @@ pub fn script(tx: &Transaction) -> String {
                     let _ = writeln!(out, "delete element inet {t} {set} {{ {} }}", body.join(", "));
                 }
             }
+            TxOp::AddFlowtable(ft) => {
+                let mut body = format!("hook ingress priority {};", flowtable_priority(ft.priority));
+                if !ft.devices.is_empty() {
+                    let devices = ft.devices.iter().cloned().collect::<Vec<_>>().join(", ");
+                    let _ = write!(body, " devices = {{ {devices} }};");
+                }
+                let _ = writeln!(out, "add flowtable inet {t} {} {{ {body} }}", ft.name);
+            }
+            TxOp::DeleteFlowtableDevices { name, devices } => {
+                let priority = flowtable_priority(0);
+                let _ = writeln!(
+                    out,
+                    "delete flowtable inet {t} {name} {{ hook ingress priority {priority}; devices = {{ {} }}; }}",
+                    devices.join(", ")
+                );
+            }
+            TxOp::DeleteFlowtable(name) => {
+                let _ = writeln!(out, "delete flowtable inet {t} {name}");
+            }
         }
     }
     out
@@ -423,6 +467,18 @@ impl TxOp {
             TxOp::DeleteSet(name) => format!("delete set {name}"),
             TxOp::AddElements { set, elements, .. } => format!("add {} element(s) to {set}", elements.len()),
             TxOp::DeleteElements { set, keys, .. } => format!("delete {} element(s) from {set}", keys.len()),
+            TxOp::AddFlowtable(ft) if ft.devices.is_empty() => format!("add flowtable {}", ft.name),
+            TxOp::AddFlowtable(ft) => {
+                format!(
+                    "add device(s) {} to flowtable {}",
+                    ft.devices.iter().cloned().collect::<Vec<_>>().join(", "),
+                    ft.name
+                )
+            }
+            TxOp::DeleteFlowtableDevices { name, devices } => {
+                format!("remove device(s) {} from flowtable {name}", devices.join(", "))
+            }
+            TxOp::DeleteFlowtable(name) => format!("delete flowtable {name}"),
         }
     }
 }

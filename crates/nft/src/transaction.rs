@@ -1,7 +1,7 @@
 //! A transaction: the typed operations one sync sends to the kernel in one batch.
 
 use crate::rule::Rule;
-use crate::ruleset::{BaseChain, Blob, Elem, Elements, SetDecl, Table};
+use crate::ruleset::{BaseChain, Blob, Elem, Elements, Flowtable, SetDecl, Table};
 
 /// Elements to add: a list, or every element of a set (shared with the ruleset, not copied).
 #[derive(Clone, Debug, PartialEq)]
@@ -91,6 +91,18 @@ pub enum Op {
         /// The keys.
         keys: Vec<Blob>,
     },
+    /// Create a flowtable, or add its devices to the one that exists (the kernel keeps the
+    /// devices it has and hooks the ones it lacks).
+    AddFlowtable(Flowtable),
+    /// Unhook these devices from a flowtable.
+    DeleteFlowtableDevices {
+        /// The flowtable.
+        name: String,
+        /// The devices.
+        devices: Vec<String>,
+    },
+    /// Delete an unreferenced flowtable.
+    DeleteFlowtable(String),
 }
 
 impl Op {
@@ -100,6 +112,7 @@ impl Op {
         match self {
             Op::AddElements { elements, .. } => elements.len(),
             Op::DeleteElements { keys, .. } => keys.len(),
+            Op::DeleteFlowtableDevices { devices, .. } => devices.len(),
             _ => 1,
         }
     }
@@ -148,6 +161,20 @@ impl Transaction {
         }
         self.ops = kept;
         taken
+    }
+
+    /// A transaction that makes flowtable `ft` (as the kernel holds it) hold the devices
+    /// `wanted`: those it lacks joined, those not wanted removed. Empty when it holds them.
+    pub fn flowtable_devices(table: &str, ft: &Flowtable, wanted: &std::collections::BTreeSet<String>) -> Transaction {
+        let (add, remove) = ft.device_changes(wanted);
+        let mut tx = Transaction::new(table);
+        if !remove.is_empty() {
+            tx.ops.push(Op::DeleteFlowtableDevices { name: ft.name.clone(), devices: remove });
+        }
+        if !add.is_empty() {
+            tx.ops.push(Op::AddFlowtable(Flowtable { devices: add.into_iter().collect(), ..ft.clone() }));
+        }
+        tx
     }
 
     /// A transaction that deletes these (empty, unreferenced) chains of `table`.

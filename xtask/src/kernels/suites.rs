@@ -11,7 +11,13 @@ pub struct Suite {
     pub name: String,
     pub exe: PathBuf,
     pub dir: PathBuf,
+    /// Environment for the run: `NAME@fastpath` runs suite NAME with every table programmed
+    /// with the fast path (`VERDICT_FAST_PATH=1`).
+    pub env: Vec<(&'static str, &'static str)>,
 }
+
+/// The suffix that runs a packet suite with the fast path on.
+pub const FAST_PATH: &str = "@fastpath";
 
 /// The suites that exercise the kernel: the integration tests of `verdict-e2e` that program
 /// nftables or send packets, and the netlink and conntrack unit tests. Left out: suites that
@@ -35,11 +41,24 @@ pub const ALL: &[&str] = &[
     "dual_stack",
     "verdict_nft",
     "verdict_conntrack",
+    "fast_path",
+    "scenarios@fastpath",
+    "stale_udp@fastpath",
+    "packets_core@fastpath",
 ];
 
 /// What `.ci/run` runs on 6.1 (docs/testing.md says why these).
-pub const CI: &[&str] =
-    &["kernel_golden", "kernel_ruleset", "chain_deletion", "packets_core", "conntrack", "leftovers", "controller_loop"];
+pub const CI: &[&str] = &[
+    "kernel_golden",
+    "kernel_ruleset",
+    "chain_deletion",
+    "packets_core",
+    "conntrack",
+    "leftovers",
+    "controller_loop",
+    "fast_path",
+    "stale_udp@fastpath",
+];
 
 /// Builds the test executables (once, on the host) and returns those named in `wanted`.
 pub fn build(wanted: &[String]) -> Result<Vec<Suite>> {
@@ -61,9 +80,13 @@ pub fn build(wanted: &[String]) -> Result<Vec<Suite>> {
         let lib = target.contains("\"kind\":[\"lib\"]");
         // Unit tests of a library are named after its crate (`verdict_nft`), as cargo prints them.
         let name = if lib { name.replace('-', "_") } else { name };
+        let dir = PathBuf::from(manifest).parent().map(PathBuf::from).unwrap_or_default();
         if wanted.contains(&name) {
-            let dir = PathBuf::from(manifest).parent().map(PathBuf::from).unwrap_or_default();
-            found.push(Suite { name, exe: PathBuf::from(exe), dir });
+            found.push(Suite { name: name.clone(), exe: PathBuf::from(&exe), dir: dir.clone(), env: Vec::new() });
+        }
+        let fast = format!("{name}{FAST_PATH}");
+        if wanted.contains(&fast) {
+            found.push(Suite { name: fast, exe: PathBuf::from(exe), dir, env: vec![("VERDICT_FAST_PATH", "1")] });
         }
     }
     for w in wanted {

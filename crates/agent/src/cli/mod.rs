@@ -108,6 +108,13 @@ pub struct RulesArgs {
     /// object cannot grow the table without bound (default 10000).
     #[arg(long, value_name = "N")]
     pub max_elements_per_service: Option<usize>,
+    /// The fast path (off by default): interfaces, by name or name prefix (`veth*`),
+    /// comma-separated, whose established Service connections are offloaded to a software
+    /// flowtable in verdict's table. Their later packets skip routing and the netfilter hooks
+    /// (a NetworkPolicy filtering established traffic in `forward` no longer sees them; see
+    /// docs/operations.md). New matching interfaces, such as pod veths, join as they appear.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub flowtable_interfaces: Vec<String>,
 }
 
 /// `--service-counters`.

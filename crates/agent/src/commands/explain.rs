@@ -9,7 +9,7 @@ use verdict_model::{Protocol, parse_ip_tolerant};
 use verdict_nft::explain::{Host, Packet, explain};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::observe::observe;
-use verdict_nft::{RenderOptions, Ruleset, render};
+use verdict_nft::{Ruleset, render};
 
 /// Parses `IP:PORT[/PROTO]`.
 pub fn parse_destination(raw: &str) -> Result<(SocketAddr, Protocol)> {
@@ -40,7 +40,7 @@ pub fn run(args: &ExplainArgs, cfg: &RulesConfig) -> Result<()> {
             source::report(&built.problems);
             let mut local: Vec<IpAddr> = built.model.node.addresses.clone();
             local.extend(&built.model.node.primary_ips);
-            Some((render(&built.model, &RenderOptions { table: cfg.table.clone() }), local))
+            Some((render(&built.model, &cfg.render_options()), local))
         }
         None => None,
     };

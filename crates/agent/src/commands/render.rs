@@ -4,13 +4,13 @@ use crate::cli::RenderArgs;
 use crate::config::RulesConfig;
 use crate::source;
 use anyhow::Result;
-use verdict_nft::{RenderOptions, render, text};
+use verdict_nft::{render, text};
 
 /// Prints the nft listing of the table `run` would program.
 pub fn run(args: &RenderArgs, cfg: &RulesConfig) -> Result<()> {
     let built = source::model_from_manifests(&args.manifests, cfg, &[])?;
     source::report(&built.problems);
-    let rs = render(&built.model, &RenderOptions { table: cfg.table.clone() });
+    let rs = render(&built.model, &cfg.render_options());
     print!("{}", text::listing(&rs));
     Ok(())
 }

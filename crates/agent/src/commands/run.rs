@@ -103,6 +103,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         once: cfg.once,
         defer_chain_deletion,
         state_dir: cfg.state_dir.clone(),
+        fast_path: cfg.rules.fast_path.is_some(),
         ..SyncConfig::default()
     };
     cfg.rules.proxy.families = crate::platform::kernel_families();
@@ -126,6 +127,12 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         match verdict_controller::drift::watch_table(&cfg.rules.table, tx.clone()) {
             Ok(gate) => sync_loop = sync_loop.with_monitor(gate),
             Err(e) => tracing::warn!("not watching the table for changes by other programs: {e}"),
+        }
+    }
+    if let Some(interfaces) = &cfg.rules.fast_path {
+        tracing::info!(%interfaces, "fast path on: established Service connections are offloaded to a flowtable");
+        if let Err(e) = verdict_controller::fast_path::watch(interfaces.clone(), tx.clone()) {
+            tracing::warn!("the fast path's link watcher did not start; no interface will join the flowtable: {e}");
         }
     }
     let syncer = std::thread::Builder::new().name("sync".into()).spawn(move || sync_loop.run(rx))?;

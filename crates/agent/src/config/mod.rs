@@ -23,6 +23,7 @@ pub use resolve::{Mode, Settings};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use verdict_controller::fast_path::InterfacePatterns;
 use verdict_model::{Cidr, DetectLocal, ProxyConfig, ServiceCounters, parse_nodeport_addresses};
 
 /// Invalid configuration (exit code 64).
@@ -100,6 +101,8 @@ pub struct RulesConfig {
     pub proxy: ProxyConfig,
     /// The table name.
     pub table: String,
+    /// `--flowtable-interfaces`: the fast path, when given.
+    pub fast_path: Option<InterfacePatterns>,
 }
 
 impl RulesConfig {
@@ -153,6 +156,9 @@ impl RulesConfig {
             );
         }
         let service_counters = service_counters(args)?;
+        let fast_path = InterfacePatterns::parse(args.flowtable_interfaces.iter().map(String::as_str))
+            .map_err(|e| bad(format!("--flowtable-interfaces: {e}")))?;
+        let fast_path = (!fast_path.is_empty()).then_some(fast_path);
         Ok(RulesConfig {
             node_name,
             proxy: ProxyConfig {
@@ -172,7 +178,13 @@ impl RulesConfig {
                 ..ProxyConfig::default()
             },
             table,
+            fast_path,
         })
+    }
+
+    /// How the table is rendered.
+    pub fn render_options(&self) -> verdict_nft::RenderOptions {
+        verdict_nft::RenderOptions { table: self.table.clone(), fast_path: self.fast_path.is_some() }
     }
 }
 

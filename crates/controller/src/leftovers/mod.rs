@@ -22,7 +22,7 @@
 
 mod iptables;
 mod ipvs;
-mod netlink;
+pub(crate) mod netlink;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -67,7 +67,7 @@ impl<K: Kernel> SyncLoop<K> {
         let traces = self.trace_deadline().map(|until| {
             Instant::now() + Duration::from_secs(until.saturating_sub(unix_now())) + Duration::from_millis(100)
         });
-        let wanted = [wanted, stale, traces].into_iter().flatten().min();
+        let wanted = [wanted, stale, traces, self.fast_path.due_at].into_iter().flatten().min();
         Some(wanted.map_or(periodic, |w| w.min(periodic)))
     }
 
@@ -191,6 +191,7 @@ impl<K: Kernel> SyncLoop<K> {
                 }
             }
             Event::OtherTablesChanged => self.firewalls_due = true,
+            Event::FastPathDevices(devices) => self.fast_path_devices_seen(devices),
             Event::MonitorStopped => {
                 self.monitor = None;
                 self.verify_kernel = true;

@@ -15,6 +15,7 @@
 //! The loop runs on its own thread: netlink calls block, and a cold sync at 100k Services keeps
 //! the kernel busy for a second.
 
+mod fast_path;
 mod intake;
 mod reconcile;
 mod report;
@@ -58,6 +59,9 @@ pub struct SyncConfig {
     /// A transaction of this many objects or more is encoded after freed memory is returned
     /// to the kernel (see [`SyncLoop::with_memory_release`]).
     pub release_before_objects: usize,
+    /// The opt-in fast path: the table gets a flowtable that established Service connections
+    /// are offloaded to, holding the devices [`Event::FastPathDevices`] names.
+    pub fast_path: bool,
 }
 
 impl Default for SyncConfig {
@@ -71,6 +75,7 @@ impl Default for SyncConfig {
             defer_chain_deletion: false,
             state_dir: None,
             release_before_objects: RELEASE_BEFORE_OBJECTS,
+            fast_path: false,
         }
     }
 }
@@ -210,6 +215,7 @@ pub struct SyncLoop<K: Kernel = Netlink> {
     /// Chains of `verdict trace` runs and their deadlines (seconds since the epoch): removed
     /// when it has passed, if their trace has not removed them (it was killed).
     traces: BTreeMap<String, u64>,
+    fast_path: fast_path::FastPathDevices,
     stopping: bool,
     listed: HashSet<Kind>,
     /// What each relist in progress has delivered so far: when it ends, the objects the cache
@@ -255,6 +261,7 @@ impl<K: Kernel> SyncLoop<K> {
             looked_for_state: false,
             last_failure: None,
             traces: BTreeMap::new(),
+            fast_path: Default::default(),
             stopping: false,
             cfg,
             cache,
@@ -362,6 +369,10 @@ impl<K: Kernel> SyncLoop<K> {
             if self.due(Instant::now()) {
                 let report = self.sync();
                 let failed = self.last_failure.take();
+                if report.full && failed.is_none() && self.cfg.fast_path {
+                    // The flowtable may be new: it is created bare.
+                    self.fast_path.due_at = Some(Instant::now());
+                }
                 if let Some(tx) = &self.reports {
                     let _ = tx.send(report);
                 }
@@ -374,6 +385,9 @@ impl<K: Kernel> SyncLoop<K> {
             }
             if self.last_sync_end.is_some() && self.trace_deadline().is_some_and(|at| at <= unix_now()) {
                 self.remove_expired_traces();
+            }
+            if self.last_sync_end.is_some() && self.fast_path.due_at.is_some_and(|at| at <= Instant::now()) {
+                self.sync_fast_path_devices();
             }
         }
     }

@@ -18,7 +18,7 @@ impl<K: Kernel> SyncLoop<K> {
         let stale_deleted = self.delete_stale_chains(started);
         let full =
             self.needs_full || rebuilt.facts_changed || self.table.as_ref().is_none_or(|t| !t.fits(self.cache.model()));
-        let opts = RenderOptions { table: self.cfg.table.clone() };
+        let opts = RenderOptions { table: self.cfg.table.clone(), fast_path: self.cfg.fast_path };
         let mut report = SyncReport {
             full,
             rendered_ports: if full { self.cache.model().services.len() } else { rebuilt.changes.len() },

@@ -21,14 +21,12 @@ struct Running {
 
 impl Running {
     fn start(kernel: &MemoryKernel, defer_chain_deletion: bool) -> Running {
+        Running::start_with(kernel, SyncConfig { defer_chain_deletion, ..quick() })
+    }
+
+    fn start_with(kernel: &MemoryKernel, cfg: SyncConfig) -> Running {
         let (tx, rx) = queue();
         let (rtx, reports) = channel();
-        let cfg = SyncConfig {
-            min_sync_period: Duration::from_millis(20),
-            sync_period: Duration::from_millis(200),
-            defer_chain_deletion,
-            ..SyncConfig::default()
-        };
         let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
         let cache = ModelCache::new(synth::config(), "bench");
         let sync_loop = SyncLoop::new(cache, kernel.clone(), cfg, health).with_reports(rtx);
@@ -74,6 +72,24 @@ impl Running {
     fn stop(mut self) {
         drop(self.tx);
         self.thread.take().unwrap().join().unwrap().unwrap();
+    }
+}
+
+/// Syncs 20 ms apart, retries within 200 ms.
+fn quick() -> SyncConfig {
+    SyncConfig {
+        min_sync_period: Duration::from_millis(20),
+        sync_period: Duration::from_millis(200),
+        ..SyncConfig::default()
+    }
+}
+
+/// Waits up to 5 s for `f` to hold.
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -220,4 +236,57 @@ fn before_6_4_a_chain_out_of_use_is_flushed_then_deleted_a_second_later() {
     assert_eq!(before.difference(&chains(&kernel)).count(), 1, "one chain went");
     assert!(holds(&kernel, &services, &slices));
     r.stop();
+}
+
+#[test]
+fn the_fast_paths_devices_follow_the_interfaces_in_transactions_of_their_own() {
+    let kernel = MemoryKernel::new();
+    let (services, slices) = synth::cluster(30, 2, 1000);
+    let r = Running::start_with(&kernel, SyncConfig { fast_path: true, ..quick() });
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+    let held = || kernel.table(TABLE).and_then(|t| t.flowtables.get(verdict_nft::render::FAST_PATH).cloned());
+    // The watcher's first listing may come before the table exists: it is kept until then.
+    r.send(Event::FastPathDevices(names(&["br0", "eth0"])));
+    r.list(&services, &slices);
+    let first = r.next();
+    assert!(first.full && first.error.is_none(), "{first:?}");
+    eventually("the first devices", || held().is_some_and(|f| f.devices == names(&["br0", "eth0"])));
+    let forward = &kernel.table(TABLE).unwrap().chains["filter-forward"];
+    assert!(forward.rules.iter().any(|r| r.flowtable_refs().any(|f| f == "fastpath")), "{forward:?}");
+
+    // A pod's veth appears, another interface goes: one small transaction each, no sync.
+    let commits = kernel.commits();
+    r.send(Event::FastPathDevices(names(&["br0", "eth0", "veth1"])));
+    eventually("veth1 joined", || held().is_some_and(|f| f.devices.contains("veth1")));
+    r.send(Event::FastPathDevices(names(&["br0", "veth1"])));
+    eventually("eth0 removed", || held().is_some_and(|f| f.devices == names(&["br0", "veth1"])));
+    assert_eq!(kernel.commits(), commits + 2);
+    assert!(r.none_within(Duration::from_millis(100)), "device changes are not syncs");
+
+    // Refused (an interface gone between the listing and the commit): tried again.
+    kernel.refuse(Refuse::Errno(nix::errno::Errno::ENOENT));
+    r.send(Event::FastPathDevices(names(&["br0", "veth1", "veth2"])));
+    eventually("veth2 joined on the retry", || held().is_some_and(|f| f.devices.contains("veth2")));
+    assert!(holds_with_fast_path(&kernel, &services, &slices));
+    r.stop();
+}
+
+#[test]
+fn without_the_fast_path_device_listings_change_nothing() {
+    let kernel = MemoryKernel::new();
+    let (services, slices) = synth::cluster(5, 2, 1000);
+    let r = Running::start_with(&kernel, quick());
+    r.list(&services, &slices);
+    assert!(r.next().error.is_none());
+    let commits = kernel.commits();
+    r.send(Event::FastPathDevices(["eth0".to_string()].into_iter().collect()));
+    assert!(r.none_within(Duration::from_millis(200)));
+    assert_eq!(kernel.commits(), commits);
+    assert!(kernel.table(TABLE).unwrap().flowtables.is_empty());
+    r.stop();
+}
+
+fn holds_with_fast_path(kernel: &MemoryKernel, services: &[Service], slices: &[EndpointSlice]) -> bool {
+    let opts = RenderOptions { fast_path: true, ..RenderOptions::default() };
+    kernel.table(TABLE).is_some_and(|t| t.equivalent(&render(&synth::model(services, slices).model, &opts)))
 }

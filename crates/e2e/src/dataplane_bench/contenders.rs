@@ -75,19 +75,27 @@ pub fn setup(c: Contender, lab: &Lab, services: usize, endpoints: usize, budget:
         Contender::StaticDnat => {
             lab.node1().nft_stdin(&["-f", "-"], &static_table(lab, services))?;
         }
-        Contender::Verdict => {
+        Contender::Verdict | Contender::VerdictFastPath => {
+            let fast_path = c == Contender::VerdictFastPath;
+            let node = lab.node1();
+            if fast_path {
+                let supported =
+                    node.run(|| verdict_nft::netlink::Netlink::open().and_then(|mut nl| nl.supports_flowtables()));
+                if !supported? {
+                    return Ok(Setup::Unavailable(
+                        "this kernel has no software flowtables (CONFIG_NF_FLOW_TABLE_INET); run the benchmark in a Debian kernel (`cargo xtask kernels --command`)".into(),
+                    ));
+                }
+            }
             let (svcs, slices) = lab.sources(services, endpoints);
             let model = lab.model(&svcs, &slices)?;
-            let node = lab.node1();
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dataplane::program(node, &model)))
-                .map_err(|_| anyhow::anyhow!("programming verdict's table failed (see the panic above)"))?;
-        }
-        Contender::VerdictFastPath => {
-            // The nft crate's `RenderOptions` has no fast-path option in this build; once it has
-            // one, render with it here (as `dataplane::program` does with the defaults).
-            return Ok(Setup::Unavailable(
-                "verdict_nft::RenderOptions has no flowtable fast-path option in this build".into(),
-            ));
+            // With the fast path, every link of node1 (its bridge, the pods' veths, the LAN
+            // port) joins the flowtable, as `--flowtable-interfaces=br0,eth0,v*` would have it.
+            let opts = verdict_nft::RenderOptions { fast_path, ..Default::default() };
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                dataplane::program_with(node, &model, &opts, None)
+            }))
+            .map_err(|_| anyhow::anyhow!("programming verdict's table failed (see the panic above)"))?;
         }
         Contender::IptablesNft | Contender::IptablesLegacy => {
             let (svcs, slices) = lab.sources(services, endpoints);

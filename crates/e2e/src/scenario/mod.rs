@@ -94,6 +94,9 @@ pub struct Lab {
     /// The families of the InternalIPs node1's Node object lists (both by default; the
     /// namespaces have both either way, as a node whose kernel supports IPv6 does).
     pub listed_families: Vec<IpFamily>,
+    /// Whether node1 is programmed with the fast path (every link of node1 in its flowtable);
+    /// `VERDICT_FAST_PATH=1` turns it on for every scenario.
+    pub fast_path: bool,
 }
 
 impl Lab {
@@ -123,7 +126,13 @@ impl Lab {
         ];
         let echo = echo.to_str().expect("UTF-8 path");
         cluster.nodes[0].ns.spawn(&[echo, NODE_HOST, "80", &NODE_PORT.to_string()])?;
-        let lab = Lab { cluster, node_addresses, zone: None, listed_families: IpFamily::ALL.to_vec() };
+        let lab = Lab {
+            cluster,
+            node_addresses,
+            zone: None,
+            listed_families: IpFamily::ALL.to_vec(),
+            fast_path: dataplane::fast_path_from_env(),
+        };
         lab.wait_for_host_echo()?;
         Ok(lab)
     }
@@ -191,7 +200,8 @@ impl Lab {
 
     /// Programs node1 (over netlink, as the agent does) and returns the table.
     pub fn program(&self, model: &ProxyModel) -> Ruleset {
-        dataplane::program(&self.cluster.nodes[0].ns, model)
+        let opts = verdict_nft::RenderOptions { fast_path: self.fast_path, ..Default::default() };
+        dataplane::program_with(&self.cluster.nodes[0].ns, model, &opts, None)
     }
 
     /// Programs the objects with the default configuration.

@@ -2,13 +2,16 @@
 
 use super::{Host, Packet};
 use crate::rule::{
-    CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Rule, Selector, Stmt, Value, decode_concat,
-    encode_concat,
+    CT_STATE_ESTABLISHED, CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Rule, Selector, Stmt, Value,
+    decode_concat, encode_concat,
 };
 use crate::ruleset::{ElemData, Ruleset, Verdict};
 use crate::text::{rule_text, value};
 use std::net::{IpAddr, SocketAddr};
 use verdict_model::IpFamily;
+
+/// The trace line of `flow add`, followed by the flowtable's name.
+pub(super) const OFFLOADED_TO: &str = "  connection offloaded to flowtable @";
 
 /// How deep jumps may nest before the interpreter gives up (the kernel's limit is 16).
 const MAX_DEPTH: usize = 16;
@@ -21,12 +24,22 @@ pub(super) struct State {
     pub mark: u32,
     pub dnat: Option<SocketAddr>,
     pub masquerade: bool,
+    /// A later packet of the connection (`ct state established`), not its first.
+    pub established: bool,
     pub trace: Vec<String>,
 }
 
 impl State {
     pub fn new(p: &Packet) -> State {
-        State { daddr: p.dst, dport: p.dport, mark: 0, dnat: None, masquerade: false, trace: Vec::new() }
+        State {
+            daddr: p.dst,
+            dport: p.dport,
+            mark: 0,
+            dnat: None,
+            masquerade: false,
+            established: false,
+            trace: Vec::new(),
+        }
     }
 }
 
@@ -197,6 +210,10 @@ impl Evaluator<'_> {
                 st.trace.push(format!("  client remembered in @{set}"));
                 self.statements(rest, st, depth)
             }
+            Stmt::FlowAdd { flowtable } => {
+                st.trace.push(format!("{OFFLOADED_TO}{flowtable}"));
+                self.statements(rest, st, depth)
+            }
         }
     }
 
@@ -278,7 +295,9 @@ impl Evaluator<'_> {
                 Some(name) => name.starts_with(prefix.as_str()) == (*op == Op::Eq),
                 None => false,
             },
-            Match::Flags { left: Selector::CtState, flags } => flags & CT_STATE_NEW != 0,
+            Match::Flags { left: Selector::CtState, flags } => {
+                flags & if st.established { CT_STATE_ESTABLISHED } else { CT_STATE_NEW } != 0
+            }
             Match::Flags { left: Selector::CtStatus, flags } => flags & CT_STATUS_DNAT != 0 && st.dnat.is_some(),
             Match::Flags { .. } => false,
             Match::Masked { left, mask, op, right } => match self.load(*left, st) {

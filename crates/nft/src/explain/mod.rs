@@ -69,6 +69,20 @@ pub struct Branch {
     pub fate: Fate,
     /// The rules that acted and the map entries they used, in order.
     pub trace: Vec<String>,
+    /// The flowtable the connection's later packets are offloaded to, once it is established
+    /// (the fast path), with the rule that offloads it.
+    pub offload: Option<Offload>,
+}
+
+/// Where and how an established connection is offloaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Offload {
+    /// The flowtable.
+    pub flowtable: String,
+    /// The interfaces whose packets it forwards (as read from the kernel; empty when unknown).
+    pub devices: Vec<String>,
+    /// What a later packet went through in the forward hook.
+    pub trace: Vec<String>,
 }
 
 /// Where a packet may end.
@@ -175,6 +189,17 @@ impl fmt::Display for Explanation {
         for step in &first.trace {
             writeln!(f, "  {step}")?;
         }
+        if let Some(o) = self.branches.iter().find_map(|b| b.offload.as_ref()) {
+            let devices = if o.devices.is_empty() { "none yet".to_string() } else { o.devices.join(", ") };
+            writeln!(
+                f,
+                "once established: offloaded to flowtable @{} (fast path); its later packets that arrive on one of its devices ({devices}) skip the netfilter hooks",
+                o.flowtable
+            )?;
+            for step in &o.trace {
+                writeln!(f, "  {step}")?;
+            }
+        }
         // Other paths (other random choices) only from where they part from the first.
         let mut seen = BTreeSet::from([&first.trace]);
         for branch in &self.branches[1..] {
@@ -195,7 +220,6 @@ impl fmt::Display for Explanation {
 pub fn explain(rs: &Ruleset, packet: &Packet, host: &Host) -> Explanation {
     let from_node = host.is_local(&packet.src);
     let first = if from_node { Hook::Output } else { Hook::Prerouting };
-    let mut live = vec![eval::State::new(packet)];
     let mut done = Vec::new();
     let evaluator = eval::Evaluator { rs, host, packet };
     let run_hook = |hook: Hook, states: Vec<eval::State>, done: &mut Vec<Branch>| -> Vec<eval::State> {
@@ -205,8 +229,8 @@ pub fn explain(rs: &Ruleset, packet: &Packet, host: &Host) -> Explanation {
             for st in states {
                 for (st, end) in evaluator.base_chain(chain, st) {
                     match end {
-                        eval::End::Drop => done.push(Branch { fate: Fate::Drop, trace: st.trace }),
-                        eval::End::Reject => done.push(Branch { fate: Fate::Reject, trace: st.trace }),
+                        eval::End::Drop => done.push(Branch { fate: Fate::Drop, trace: st.trace, offload: None }),
+                        eval::End::Reject => done.push(Branch { fate: Fate::Reject, trace: st.trace, offload: None }),
                         eval::End::Pass => next.push(st),
                     }
                 }
@@ -215,20 +239,39 @@ pub fn explain(rs: &Ruleset, packet: &Packet, host: &Host) -> Explanation {
         }
         states
     };
-    live = run_hook(first, live, &mut done);
-    if !from_node {
+    let live = run_hook(first, vec![eval::State::new(packet)], &mut done);
+    let mut routed: Vec<(eval::State, Option<Offload>)> = Vec::new();
+    if from_node {
+        routed.extend(live.into_iter().map(|st| (st, None)));
+    } else {
         // Routing after DNAT: to the node itself, or on.
         let (to_node, forwarded): (Vec<_>, Vec<_>) = live.into_iter().partition(|st| host.is_local(&st.daddr));
-        let mut after = run_hook(Hook::Input, to_node, &mut done);
-        after.extend(run_hook(Hook::Forward, forwarded, &mut done));
-        live = after;
+        routed.extend(run_hook(Hook::Input, to_node, &mut done).into_iter().map(|st| (st, None)));
+        for st in run_hook(Hook::Forward, forwarded, &mut done) {
+            let offload = offload(rs, &st, |later| run_hook(Hook::Forward, vec![later], &mut Vec::new()));
+            routed.push((st, offload));
+        }
     }
-    live = run_hook(Hook::Postrouting, live, &mut done);
-    for st in live {
-        let fate = Fate::Pass { dnat: st.dnat, masquerade: st.masquerade };
-        done.push(Branch { fate, trace: st.trace });
+    for (st, offload) in routed {
+        for st in run_hook(Hook::Postrouting, vec![st], &mut done) {
+            let fate = Fate::Pass { dnat: st.dnat, masquerade: st.masquerade };
+            done.push(Branch { fate, trace: st.trace, offload: offload.clone() });
+        }
     }
     Explanation { packet: packet.clone(), from_node, branches: done }
+}
+
+/// Whether a later packet of a forwarded connection (`ct state established`) is offloaded by
+/// the forward hook (`forward` runs it there), and to which flowtable.
+fn offload(rs: &Ruleset, st: &eval::State, forward: impl FnOnce(eval::State) -> Vec<eval::State>) -> Option<Offload> {
+    let mut later = st.clone();
+    later.established = true;
+    later.trace.clear();
+    forward(later).into_iter().find_map(|later| {
+        let flowtable = later.trace.iter().find_map(|t| t.strip_prefix(eval::OFFLOADED_TO))?.to_string();
+        let devices = rs.flowtables.get(&flowtable).map(|ft| ft.devices.iter().cloned().collect()).unwrap_or_default();
+        Some(Offload { flowtable, devices, trace: later.trace })
+    })
 }
 
 /// The table's base chains on `hook`, in priority order (filter before nat at equal priority

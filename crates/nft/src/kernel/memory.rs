@@ -8,7 +8,7 @@ use crate::netlink::tables::NamedObject;
 use crate::netlink::{CommitStats, NetlinkError};
 use crate::observe::Observed;
 use crate::rule::{Item, Stmt};
-use crate::ruleset::{ElemData, Ruleset};
+use crate::ruleset::{ElemData, Flowtable, Ruleset};
 use crate::snapshot::Snapshot;
 use crate::transaction::{Op, Transaction};
 use nix::errno::Errno;
@@ -142,6 +142,10 @@ impl Kernel for MemoryKernel {
     fn tables_and_chains(&mut self) -> Result<Vec<NamedObject>, NetlinkError> {
         Ok(Vec::new())
     }
+
+    fn flowtables(&mut self, table: &str) -> Result<Vec<Flowtable>, NetlinkError> {
+        Ok(self.lock().tables.get(table).map(|t| t.flowtables.values().cloned().collect()).unwrap_or_default())
+    }
 }
 
 fn rejected(tx: &Transaction, index: usize, errno: Errno) -> NetlinkError {
@@ -183,7 +187,12 @@ fn apply(
             }
             rs.chains.remove(name);
         }
-        Op::AddRule { chain, rule } => rs.chains.get_mut(chain).ok_or(Errno::ENOENT)?.rules.push(rule.clone()),
+        Op::AddRule { chain, rule } => {
+            if rule.flowtable_refs().any(|f| !rs.flowtables.contains_key(f)) {
+                return Err(Errno::ENOENT);
+            }
+            rs.chains.get_mut(chain).ok_or(Errno::ENOENT)?.rules.push(rule.clone())
+        }
         Op::AddSet(decl) => {
             rs.sets.entry(decl.name.clone()).or_insert_with(|| crate::ruleset::Set::new(decl.clone()));
         }
@@ -207,6 +216,26 @@ fn apply(
             for key in keys {
                 map.remove(key).ok_or(Errno::ENOENT)?;
             }
+        }
+        // Every device name exists here: the memory kernel has no interfaces to check against.
+        Op::AddFlowtable(ft) => {
+            let have = rs.flowtables.entry(ft.name.clone()).or_insert_with(|| Flowtable::new(ft.name.clone()));
+            have.priority = ft.priority;
+            have.devices.extend(ft.devices.iter().cloned());
+        }
+        Op::DeleteFlowtableDevices { name, devices } => {
+            let ft = rs.flowtables.get_mut(name).ok_or(Errno::ENOENT)?;
+            for d in devices {
+                if !ft.devices.remove(d) {
+                    return Err(Errno::ENOENT);
+                }
+            }
+        }
+        Op::DeleteFlowtable(name) => {
+            if rs.chains.values().flat_map(|c| &c.rules).any(|r| r.flowtable_refs().any(|f| f == name)) {
+                return Err(Errno::EBUSY);
+            }
+            rs.flowtables.remove(name).ok_or(Errno::ENOENT)?;
         }
     }
     Ok(())

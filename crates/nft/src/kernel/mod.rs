@@ -12,6 +12,7 @@ use crate::netlink::firewalls::DroppingChain;
 use crate::netlink::tables::NamedObject;
 use crate::netlink::{CommitStats, Netlink, NetlinkError};
 use crate::observe::Observed;
+use crate::ruleset::Flowtable;
 use crate::snapshot::Snapshot;
 use crate::transaction::Transaction;
 
@@ -33,6 +34,10 @@ pub trait Kernel: Send {
 
     /// Every table and chain of the namespace.
     fn tables_and_chains(&mut self) -> Result<Vec<NamedObject>, NetlinkError>;
+
+    /// The flowtables of `table`, with the devices they hold now (a cheap read: the fast
+    /// path's devices are reconciled against it, not against the whole table).
+    fn flowtables(&mut self, table: &str) -> Result<Vec<Flowtable>, NetlinkError>;
 }
 
 impl Kernel for Netlink {
@@ -54,5 +59,9 @@ impl Kernel for Netlink {
 
     fn tables_and_chains(&mut self) -> Result<Vec<NamedObject>, NetlinkError> {
         Netlink::tables_and_chains(self)
+    }
+
+    fn flowtables(&mut self, table: &str) -> Result<Vec<Flowtable>, NetlinkError> {
+        Netlink::flowtables(self, table)
     }
 }

@@ -3,10 +3,10 @@
 
 use super::elements::{self, ElemRef};
 use super::sys::{self, ChainWire, Hdr, RuleWire, Scratch, SetWire};
-use super::{EncodedBatch, FIRST_SEQ, framing, udata};
+use super::{EncodedBatch, FIRST_SEQ, flowtables, framing, udata};
 use crate::kernel_expr::LowRule;
 use crate::lower::lower;
-use crate::ruleset::{Blob, DataSpec, Elem, ElemData, SetDecl, Verdict, concat_len, concat_type_id};
+use crate::ruleset::{Blob, DataSpec, Elem, ElemData, Flowtable, SetDecl, Verdict, concat_len, concat_type_id};
 use crate::transaction::{Op, Transaction};
 use verdict_netlink::consts::*;
 
@@ -251,6 +251,19 @@ pub(super) fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
             }
             Op::DeleteElements { set, keys, .. } => {
                 e.elements(NFT_MSG_DELSETELEM, set, None, keys.iter().map(|k| (*k, None)));
+            }
+            Op::AddFlowtable(ft) => {
+                let h = e.hdr(NFT_MSG_NEWFLOWTABLE, NLM_F_CREATE);
+                let devices: Vec<String> = ft.devices.iter().cloned().collect();
+                flowtables::put_flowtable(&mut e.out.body, h, &table, ft, Some(&devices));
+            }
+            Op::DeleteFlowtableDevices { name, devices } => {
+                let h = e.hdr(NFT_MSG_DELFLOWTABLE, 0);
+                flowtables::put_flowtable(&mut e.out.body, h, &table, &Flowtable::new(name.clone()), Some(devices));
+            }
+            Op::DeleteFlowtable(name) => {
+                let h = e.hdr(NFT_MSG_DELFLOWTABLE, 0);
+                flowtables::put_flowtable(&mut e.out.body, h, &table, &Flowtable::new(name.clone()), None);
             }
         }
     }

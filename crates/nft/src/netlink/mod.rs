@@ -14,6 +14,7 @@ mod encode;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod firewalls;
+mod flowtables;
 mod foreign;
 mod framing;
 pub mod monitor;
@@ -446,6 +447,7 @@ impl Netlink {
                 None => dump.rules.push(Err(format!("{} bytes", msg.len()))),
             }
         }
+        dump.flowtables = self.flowtables(table)?;
         Ok(Some(dump))
     }
 }
@@ -462,6 +464,7 @@ pub(crate) struct TableDump {
     pub sets: Vec<(SetWire, Vec<ElemWire>)>,
     /// Rules in chain order; `Err` for a rule with an expression libnftnl or verdict cannot read.
     pub rules: Vec<Result<RuleWire, String>>,
+    pub flowtables: Vec<crate::ruleset::Flowtable>,
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod counters;
 mod key_counts;
 mod matches;
 pub(crate) mod names;
+pub use names::FAST_PATH;
 mod own;
 mod port_view;
 mod scaffold;
@@ -35,11 +36,14 @@ use verdict_model::{IpFamily, ProxyModel, ServicePort};
 pub struct RenderOptions {
     /// The table name (`kube-proxy`).
     pub table: String,
+    /// The opt-in fast path: a flowtable, and a rule in `filter-forward` that offloads
+    /// established connections to Service endpoints to it (see [`names::FAST_PATH`]).
+    pub fast_path: bool,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        RenderOptions { table: crate::ruleset::DEFAULT_TABLE.to_string() }
+        RenderOptions { table: crate::ruleset::DEFAULT_TABLE.to_string(), fast_path: false }
     }
 }
 
@@ -138,6 +142,9 @@ fn render_split(model: &ProxyModel, opts: &RenderOptions, count: bool, parallel:
 pub(crate) fn scaffold(model: &ProxyModel, opts: &RenderOptions) -> Ruleset {
     let mut rs = Ruleset::new(Table { name: opts.table.clone(), ..Table::default() });
     scaffold::render(model, &model.families(), &mut rs);
+    if opts.fast_path {
+        scaffold::fast_path(&mut rs);
+    }
     for set in rs.sets.values_mut() {
         set.decl.size = Some(capacity(set.elements.len()));
     }

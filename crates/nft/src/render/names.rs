@@ -38,6 +38,11 @@ pub const FILTER_PREROUTING_PRE_DNAT: &str = "filter-prerouting-pre-dnat";
 /// filter output before DNAT (the source-range firewall).
 pub const FILTER_OUTPUT_PRE_DNAT: &str = "filter-output-pre-dnat";
 
+/// The fast path's flowtable: established connections to Service endpoints are offloaded to
+/// it (`--flowtable-interfaces`), and their later packets skip routing and the netfilter
+/// hooks on the interfaces it holds.
+pub const FAST_PATH: &str = "fastpath";
+
 /// Regular chains shared by all Services.
 pub const SERVICES: &str = "services";
 /// Masquerading at postrouting.

@@ -7,7 +7,7 @@ use super::names::*;
 use super::{addr_key, addr_vmap, port_vmap};
 use crate::rule::build::*;
 use crate::rule::{Item, Match, Op, Reject, Rule, Selector, Stmt, Value, encode_concat};
-use crate::ruleset::{Chain, ChainKind, Datatype, Elem, Hook, KeySpec, Ruleset, Set, SetDecl};
+use crate::ruleset::{Chain, ChainKind, Datatype, Elem, Flowtable, Hook, KeySpec, Ruleset, Set, SetDecl};
 use verdict_model::{IpFamily, ProxyModel};
 
 /// Priorities of the hook contract (docs/design.md): the source-range firewall before DNAT,
@@ -194,4 +194,23 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     }
     reject.push(Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))]));
     chain(rs, Chain::regular(REJECT_CHAIN, reject));
+}
+
+/// The fast path: the flowtable, and the rule that offloads to it. Only connections that were
+/// DNATed to a Service endpoint qualify, and only once established (a reply was seen), so a
+/// connection's first packets, the no-endpoint rejects and the source-range firewall all take
+/// the normal path; TCP and UDP are what the kernel's flowtable can forward.
+pub(super) fn fast_path(rs: &mut Ruleset) {
+    rs.flowtables.insert(FAST_PATH.to_string(), Flowtable::new(FAST_PATH));
+    let forward = rs.chains.get_mut(FILTER_FORWARD).expect("the scaffold has filter-forward");
+    let offload = Rule::new(vec![
+        ct_state_established(),
+        ct_status_dnat(),
+        Item::Match(Match::InAnonSet {
+            left: Selector::L4Proto,
+            values: vec![Value::Proto(libc::IPPROTO_TCP as u8), Value::Proto(libc::IPPROTO_UDP as u8)],
+        }),
+        stmt(Stmt::FlowAdd { flowtable: FAST_PATH.to_string() }),
+    ]);
+    forward.rules.push(offload.comment("offload established Service connections"));
 }

@@ -104,6 +104,7 @@ fn build_expr(e: &LowExpr, anon: &[u32]) -> Owned<sys::nftnl_expr> {
         LowExpr::Reject { .. } => c"reject",
         LowExpr::Counter => c"counter",
         LowExpr::Dynset { .. } => c"dynset",
+        LowExpr::FlowOffload { .. } => c"flow_offload",
     };
     let x = Owned::new(
         // SAFETY: `name` is a NUL-terminated expression name libnftnl knows.
@@ -219,6 +220,7 @@ fn build_expr(e: &LowExpr, anon: &[u32]) -> Owned<sys::nftnl_expr> {
             u32_(sys::NFTNL_EXPR_DYNSET_SREG_KEY, *sreg_key);
             str_(sys::NFTNL_EXPR_DYNSET_SET_NAME, set);
         }
+        LowExpr::FlowOffload { flowtable } => str_(sys::NFTNL_EXPR_FLOW_TABLE_NAME, flowtable),
     }
     x
 }

@@ -341,6 +341,9 @@ unsafe fn parse_expr(e: *mut sys::nftnl_expr) -> Option<LowExpr> {
                 sreg_key: u(sys::NFTNL_EXPR_DYNSET_SREG_KEY),
                 set: get_str(sys::nftnl_expr_get_str(e, sys::NFTNL_EXPR_DYNSET_SET_NAME as u16))?,
             },
+            "flow_offload" => LowExpr::FlowOffload {
+                flowtable: get_str(sys::nftnl_expr_get_str(e, sys::NFTNL_EXPR_FLOW_TABLE_NAME as u16))?,
+            },
             _ => return None,
         })
     }
