@@ -34,6 +34,8 @@ pub const SYNC_FAILURES: &str = "kubeproxy_sync_proxy_rules_nftables_sync_failur
 pub const TABLE_DRIFT: &str = "verdict_table_foreign_changes_total";
 /// Interfaces the fast path's flowtable holds (`--flowtable-interfaces`).
 pub const FAST_PATH_DEVICES: &str = "verdict_fast_path_devices";
+/// 1 when `--flowtable-interfaces` was given but the kernel has no flowtables.
+pub const FAST_PATH_UNAVAILABLE: &str = "verdict_fast_path_unavailable";
 /// Flowtable device changes the kernel refused (retried a second later).
 pub const FAST_PATH_DEVICE_FAILURES: &str = "verdict_fast_path_device_failures_total";
 /// Failed deletions of chains flushed earlier (counter; upstream's name).
@@ -148,6 +150,10 @@ pub fn describe() {
     describe_counter!(SYNC_FAILURES, "Cumulative proxy nftables sync failures");
     describe_counter!(CLEANUP_FAILURES, "Cumulative proxy nftables cleanup failures");
     describe_counter!(TABLE_DRIFT, "Changes other programs made to verdict's table, each reconciled");
+    describe_gauge!(
+        FAST_PATH_UNAVAILABLE,
+        "1 when --flowtable-interfaces was given but the kernel has no software flowtables (the agent runs without the fast path)"
+    );
     describe_gauge!(FAST_PATH_DEVICES, "Interfaces the fast path's flowtable holds (--flowtable-interfaces)");
     describe_counter!(
         FAST_PATH_DEVICE_FAILURES,

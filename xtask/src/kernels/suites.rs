@@ -57,6 +57,7 @@ pub const CI: &[&str] = &[
     "leftovers",
     "controller_loop",
     "fast_path",
+    "scenarios@fastpath",
     "stale_udp@fastpath",
 ];
 

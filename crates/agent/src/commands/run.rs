@@ -85,7 +85,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         rt.block_on(serve_endpoints(&cfg, prom, health.clone(), counted_keys.clone()))?;
     }
 
-    let nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
+    let mut nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
     let (tx, rx) = verdict_controller::event::queue();
     let (notice_tx, notice_rx) = crate::notices::queue(crate::notices::CAPACITY);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -103,9 +103,10 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         once: cfg.once,
         defer_chain_deletion,
         state_dir: cfg.state_dir.clone(),
-        fast_path: cfg.rules.fast_path.is_some(),
+        fast_path: cfg.rules.fast_path.is_some() && fast_path_supported(&mut nl),
         ..SyncConfig::default()
     };
+    let fast_path_on = sync_cfg.fast_path;
     cfg.rules.proxy.families = crate::platform::kernel_families();
     crate::platform::log_families(&cfg.rules.proxy.families);
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
@@ -129,7 +130,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
             Err(e) => tracing::warn!("not watching the table for changes by other programs: {e}"),
         }
     }
-    if let Some(interfaces) = &cfg.rules.fast_path {
+    if let Some(interfaces) = cfg.rules.fast_path.as_ref().filter(|_| fast_path_on) {
         tracing::info!(%interfaces, "fast path on: established Service connections are offloaded to a flowtable");
         if let Err(e) = verdict_controller::fast_path::watch(interfaces.clone(), tx.clone()) {
             tracing::warn!("the fast path's link watcher did not start; no interface will join the flowtable: {e}");
@@ -260,4 +261,23 @@ where
             Ok(())
         }
     }
+}
+
+/// Whether the kernel has the software flowtables `--flowtable-interfaces` needs; without
+/// them the agent runs without the fast path instead of failing every sync.
+fn fast_path_supported(nl: &mut Netlink) -> bool {
+    let supported = match nl.supports_flowtables() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("could not ask the kernel for flowtables; running without the fast path: {e}");
+            false
+        }
+    };
+    if !supported {
+        tracing::error!(
+            "--flowtable-interfaces: this kernel has no software flowtables (CONFIG_NF_FLOW_TABLE_INET); running without the fast path"
+        );
+    }
+    metrics::gauge!(m::FAST_PATH_UNAVAILABLE).set(if supported { 0.0 } else { 1.0 });
+    supported
 }

@@ -25,6 +25,7 @@ use std::path::Path;
 use std::time::Duration;
 use verdict_model::{BuildOutput, Cidr, IpFamily, ProxyConfig, ProxyModel, build_model, source};
 use verdict_nft::explain::{Host, Packet, Summary, explain};
+use verdict_nft::netlink::Netlink;
 use verdict_nft::{Ruleset, text};
 
 pub use objects::{Cond, Eps, Svc};
@@ -133,6 +134,11 @@ impl Lab {
             listed_families: IpFamily::ALL.to_vec(),
             fast_path: dataplane::fast_path_from_env(),
         };
+        if lab.fast_path {
+            let supported =
+                lab.cluster.nodes[0].ns.run(|| Netlink::open().and_then(|mut nl| nl.supports_flowtables()))?;
+            anyhow::ensure!(supported, "VERDICT_FAST_PATH=1, but this kernel has no software flowtables");
+        }
         lab.wait_for_host_echo()?;
         Ok(lab)
     }

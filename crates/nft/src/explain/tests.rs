@@ -97,3 +97,43 @@ fn primary_does_not_answer_on_other_local_addresses() {
     assert_eq!(to(&rs, "192.168.0.2"), dnat_to("10.180.0.2:8080"));
     assert_eq!(to(&rs, "192.168.9.9"), Summary::NotHandled { masquerade: false });
 }
+
+#[test]
+fn with_the_fast_path_a_forwarded_service_connection_is_offloaded_once_established() {
+    let mut rs = table(&["primary"], true);
+    assert!(rs.flowtables.is_empty());
+    let packet = |dst: &str, protocol| Packet {
+        src: "203.0.113.7".parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        protocol,
+        dport: 30080,
+        in_interface: None,
+    };
+    let offload = |rs: &Ruleset, p: &Packet| {
+        let e = explain(rs, p, &host());
+        let found: Vec<_> = e.branches.iter().map(|b| b.offload.clone()).collect();
+        (e.summary(), found, e.to_string())
+    };
+    let (summary, found, _) = offload(&rs, &packet("192.168.0.2", Protocol::Tcp));
+    assert_eq!(summary, dnat_to("10.180.0.2:8080"));
+    assert!(found.iter().all(Option::is_none), "no fast path without the option");
+
+    let mut with = crate::render::render(&synth_free_model(), &RenderOptions { fast_path: true, ..Default::default() });
+    with.flowtables.get_mut("fastpath").unwrap().devices = ["eth0".to_string()].into_iter().collect();
+    rs.flowtables = with.flowtables.clone();
+    rs.chains.insert("filter-forward".into(), with.chains["filter-forward"].clone());
+    let (summary, found, text) = offload(&rs, &packet("192.168.0.2", Protocol::Tcp));
+    assert_eq!(summary, dnat_to("10.180.0.2:8080"), "the first packet's fate is unchanged");
+    let o = found[0].clone().expect("offloaded once established");
+    assert_eq!((o.flowtable.as_str(), o.devices.as_slice()), ("fastpath", ["eth0".to_string()].as_slice()));
+    assert!(text.contains("once established: offloaded to flowtable @fastpath"), "{text}");
+
+    // SCTP is not something the kernel's flowtable forwards: not offloaded.
+    let (_, found, _) = offload(&rs, &packet("192.168.0.2", Protocol::Sctp));
+    assert!(found.iter().all(Option::is_none));
+}
+
+/// A model without Services: only the scaffold (and the fast path's flowtable and rule).
+fn synth_free_model() -> verdict_model::ProxyModel {
+    build_model(ProxyConfig::default(), "n1", None, &[], &[], &[]).model
+}

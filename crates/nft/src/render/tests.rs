@@ -77,3 +77,50 @@ fn two_threads_render_what_one_renders() {
     assert!(one_counts.shared.values().any(|m| m.len() > 0), "the model shares elements");
     assert!(one.sets.values().map(|s| s.elements.len()).sum::<usize>() > 10_000);
 }
+
+#[test]
+fn the_fast_path_adds_a_bare_flowtable_and_one_rule_that_reads_back_unchanged() {
+    let m = model(20);
+    let plain = render(&m, &RenderOptions::default());
+    assert!(plain.flowtables.is_empty());
+    let rs = render(&m, &RenderOptions { fast_path: true, ..RenderOptions::default() });
+    let listing = crate::text::listing(&rs);
+    assert!(listing.contains("\tflowtable fastpath {\n\t\thook ingress priority filter\n\t}\n"), "{listing}");
+    let forward = &rs.chains[names::FILTER_FORWARD];
+    let offload = forward.rules.last().expect("the offload rule");
+    assert_eq!(
+        crate::text::rule_text(offload),
+        "ct state established ct status dnat meta l4proto { tcp, udp } flow add @fastpath comment \"offload established Service connections\""
+    );
+    assert_eq!(forward.rules.len(), plain.chains[names::FILTER_FORWARD].rules.len() + 1, "one rule more, last");
+    assert_eq!(crate::raise::raise(&crate::lower::lower(offload)).unwrap(), *offload);
+    // Everything else is the same table.
+    let mut without = rs.clone();
+    without.flowtables.clear();
+    without.chains.get_mut(names::FILTER_FORWARD).unwrap().rules.pop();
+    assert!(without.equivalent(&plain));
+}
+
+#[test]
+fn a_flowtable_is_created_bare_keeps_the_kernels_devices_and_goes_with_its_rule() {
+    let m = model(5);
+    let fast = render(&m, &RenderOptions { fast_path: true, ..RenderOptions::default() });
+    let plain = render(&m, &RenderOptions::default());
+    let on = crate::diff(Some(&plain), &fast);
+    let ops: Vec<String> = on.transaction.ops.iter().map(|o| o.describe()).collect();
+    let add = ops.iter().position(|o| o == "add flowtable fastpath").expect("created");
+    let rule = ops.iter().position(|o| o.contains("flow add @fastpath")).expect("the rule");
+    assert!(add < rule, "the flowtable before the rule that names it: {ops:?}");
+
+    let mut kernel = fast.clone();
+    kernel.flowtables.get_mut("fastpath").unwrap().devices = ["eth0".to_string()].into_iter().collect();
+    let again = crate::diff(Some(&kernel), &fast);
+    assert!(again.transaction.is_empty(), "devices are not the diff's: {}", again.transaction);
+    assert_eq!(again.result.flowtables["fastpath"].devices.len(), 1, "the result keeps what the kernel holds");
+
+    let off = crate::diff(Some(&kernel), &plain);
+    let ops: Vec<String> = off.transaction.ops.iter().map(|o| o.describe()).collect();
+    let flush = ops.iter().position(|o| o == "flush chain filter-forward").expect("the rule goes");
+    let delete = ops.iter().position(|o| o == "delete flowtable fastpath").expect("deleted");
+    assert!(flush < delete, "the rule that names it goes first: {ops:?}");
+}

@@ -201,10 +201,33 @@ pub fn describe(conn: &Connection, table: &str, live: &Observed) -> String {
         }
         None => {}
     }
+    let forwarded = conn.events.iter().any(|e| ours(e) && e.chain == crate::render::names::FILTER_FORWARD);
+    if dnat.is_some() && end.is_none() && forwarded {
+        let proto = conn.tuple.map(|t| t.proto);
+        if let Some(note) = offload_note(live, proto) {
+            let _ = writeln!(out, "  {note}");
+        }
+    }
     let result =
         end.unwrap_or_else(|| if dnat.is_some() { "accept".into() } else { "accept (not DNATed by verdict)".into() });
     let _ = writeln!(out, "  verdict: {result}");
     out
+}
+
+/// What the fast path does with the connection's later packets, when the table has it: the
+/// trace sees only the first packet, which is never offloaded.
+fn offload_note(live: &Observed, proto: Option<u8>) -> Option<String> {
+    let forward = live.ruleset.chains.get(crate::render::names::FILTER_FORWARD)?;
+    let flowtable = forward.rules.iter().flat_map(|r| r.flowtable_refs()).next()?;
+    if !matches!(proto, Some(6 | 17)) {
+        return None;
+    }
+    let devices: Vec<String> =
+        live.ruleset.flowtables.get(flowtable).map(|f| f.devices.iter().cloned().collect()).unwrap_or_default();
+    Some(format!(
+        "once established: offloaded to flowtable @{flowtable} (fast path; devices: {}): its later packets skip the netfilter hooks and are not traced",
+        if devices.is_empty() { "none yet".to_string() } else { devices.join(", ") }
+    ))
 }
 
 fn family_name(family: u8) -> &'static str {
@@ -484,5 +507,44 @@ mod tests {
         let text = describe(&done[0], "kube-proxy", &live());
         assert!(text.contains("  [table inet hostfw] output  policy drop\n"), "{text}");
         assert!(text.ends_with("  verdict: dropped by table inet hostfw, chain output\n"), "{text}");
+    }
+
+    #[test]
+    fn a_forwarded_connection_is_told_it_will_be_offloaded_when_the_table_has_the_fast_path() {
+        let t0 = Instant::now();
+        let mut c = Collector::new("kube-proxy");
+        let rule = EventKind::Rule;
+        let original = headers(CLIENT, 40000, [172, 30, 0, 1], 80);
+        let translated = headers(CLIENT, 40000, [10, 0, 1, 1], 8080);
+        c.add(with(event(1, rule, "kube-proxy", "trace-9-prerouting", Some(99), -1), original), t0);
+        c.add(event(1, rule, "kube-proxy", "nat-output", Some(5), -3), t0);
+        let mut goto = event(1, rule, "kube-proxy", "services", Some(10), -4);
+        goto.verdict = Some(TraceVerdict { code: -4, chain: Some("endpoints-2".into()) });
+        c.add(goto, t0);
+        c.add(event(1, rule, "kube-proxy", "endpoints-2", Some(20), 1), t0);
+        c.add(with(event(1, EventKind::Policy, "kube-proxy", "filter-forward", None, 1), translated), t0);
+        let done = c.drain();
+        let mut live = live();
+        let without = describe(&done[0], "kube-proxy", &live);
+        assert!(!without.contains("offloaded"), "{without}");
+
+        let offload = Rule::new(vec![Item::Stmt(Stmt::FlowAdd { flowtable: "fastpath".into() })]);
+        let forward = Chain::base(
+            "filter-forward",
+            crate::ruleset::ChainKind::Filter,
+            crate::ruleset::Hook::Forward,
+            0,
+            vec![offload],
+        );
+        live.ruleset.chains.insert("filter-forward".into(), forward);
+        let mut ft = crate::ruleset::Flowtable::new("fastpath");
+        ft.devices.insert("br0".into());
+        live.ruleset.flowtables.insert("fastpath".into(), ft);
+        let text = describe(&done[0], "kube-proxy", &live);
+        assert!(
+            text.contains("  once established: offloaded to flowtable @fastpath (fast path; devices: br0)"),
+            "{text}"
+        );
+        assert!(text.ends_with("  verdict: accept\n"), "{text}");
     }
 }
