@@ -164,13 +164,21 @@ mod tests {
         Chosen { cluster: addrs(&s.cluster), local: addrs(&s.local), has_any: s.has_any }
     }
 
-    fn input(itp_local: bool, etp_local: bool, external: bool) -> SelectionInput<'static> {
+    /// The Service's traffic policies, by name rather than by position.
+    #[derive(Default)]
+    struct Policies {
+        internal_local: bool,
+        external_local: bool,
+        externally_accessible: bool,
+    }
+
+    fn input(p: Policies) -> SelectionInput<'static> {
         SelectionInput {
             node_name: "test-node",
             node_zone: Some("zone-a"),
-            internal_policy_local: itp_local,
-            external_policy_local: etp_local,
-            externally_accessible: external,
+            internal_policy_local: p.internal_local,
+            external_policy_local: p.external_local,
+            externally_accessible: p.externally_accessible,
         }
     }
 
@@ -184,7 +192,7 @@ mod tests {
             ep("10.0.1.4", TERMINATING.local()),
             ep("10.0.1.5", READY),
         ];
-        let s = run(&eps, &input(false, false, false));
+        let s = run(&eps, &input(Policies::default()));
         assert_eq!(s.cluster, ["10.0.1.1", "10.0.1.2", "10.0.1.5"]);
         assert!(s.local.is_empty());
         assert!(s.has_any);
@@ -200,7 +208,7 @@ mod tests {
             ep("10.0.1.4", TERMINATING.local()),
             ep("10.0.1.5", SERVING_TERMINATING),
         ];
-        let s = run(&eps, &input(false, false, false));
+        let s = run(&eps, &input(Policies::default()));
         assert_eq!(s.cluster, ["10.0.1.2", "10.0.1.3", "10.0.1.5"]);
     }
 
@@ -212,7 +220,8 @@ mod tests {
             ep("10.0.1.2", SERVING_TERMINATING.local()),
             ep("10.0.1.5", READY),
         ];
-        let s = run(&eps, &input(false, true, true));
+        let s =
+            run(&eps, &input(Policies { external_local: true, externally_accessible: true, ..Policies::default() }));
         assert_eq!(s.local, ["10.0.1.1", "10.0.1.2"]);
         assert_eq!(s.cluster, ["10.0.1.5"]);
     }
@@ -227,7 +236,8 @@ mod tests {
                 )
             })
             .collect();
-        let s = run(&eps, &input(false, true, true));
+        let s =
+            run(&eps, &input(Policies { external_local: true, externally_accessible: true, ..Policies::default() }));
         assert_eq!(s.cluster.len(), 75);
         assert_eq!(s.cluster.last().map(String::as_str), Some("10.0.1.50"));
         assert_eq!(s.local, ["10.0.1.42", "10.0.1.44", "10.0.1.46", "10.0.1.48", "10.0.1.50"]);
@@ -236,14 +246,15 @@ mod tests {
     #[test]
     fn nothing_usable_means_no_endpoints() {
         let eps = [ep("10.0.1.4", TERMINATING.local())];
-        let s = run(&eps, &input(false, true, true));
+        let s =
+            run(&eps, &input(Policies { external_local: true, externally_accessible: true, ..Policies::default() }));
         assert!(s.cluster.is_empty() && s.local.is_empty() && !s.has_any);
     }
 
     #[test]
     fn internal_local_without_external_access_skips_cluster_set() {
         let eps = [ep("10.0.1.1", READY.local()), ep("10.0.2.1", READY)];
-        let s = run(&eps, &input(true, false, false));
+        let s = run(&eps, &input(Policies { internal_local: true, ..Policies::default() }));
         assert!(s.cluster.is_empty());
         assert_eq!(s.local, ["10.0.1.1"]);
         assert!(s.has_any);
@@ -254,17 +265,17 @@ mod tests {
         let a = ep("10.0.1.1", READY);
         let b = ep("10.0.1.2", READY);
         let (in_a, in_b) = (hinted(&["zone-a"], &[]), hinted(&["zone-b"], &[]));
-        let s = run_hinted(&[a.clone(), b.clone()], vec![in_a.clone(), in_b.clone()], &input(false, false, false));
+        let s = run_hinted(&[a.clone(), b.clone()], vec![in_a.clone(), in_b.clone()], &input(Policies::default()));
         assert_eq!(s.cluster, ["10.0.1.1"]);
 
         // One ready endpoint without hints turns filtering off.
         let c = ep("10.0.1.3", READY);
         let hints = vec![in_a.clone(), in_b.clone(), TopologyHints::default()];
-        let s = run_hinted(&[a.clone(), b.clone(), c], hints, &input(false, false, false));
+        let s = run_hinted(&[a.clone(), b.clone(), c], hints, &input(Policies::default()));
         assert_eq!(s.cluster.len(), 3);
 
         // Hints for other zones only: fall back to all.
-        let s = run_hinted(&[a.clone(), b.clone()], vec![hinted(&["zone-c"], &[]), in_b], &input(false, false, false));
+        let s = run_hinted(&[a.clone(), b.clone()], vec![hinted(&["zone-c"], &[]), in_b], &input(Policies::default()));
         assert_eq!(s.cluster.len(), 2);
     }
 
@@ -273,7 +284,7 @@ mod tests {
         let a = ep("10.0.1.1", READY.local());
         let b = ep("10.0.1.2", READY);
         let hints = vec![hinted(&["zone-a"], &["test-node"]), hinted(&["zone-a"], &["other-node"])];
-        let s = run_hinted(&[a.clone(), b.clone()], hints, &input(false, false, false));
+        let s = run_hinted(&[a.clone(), b.clone()], hints, &input(Policies::default()));
         assert_eq!(s.cluster, ["10.0.1.1"]);
     }
 
@@ -282,7 +293,7 @@ mod tests {
         // The hinted endpoint for this zone is the second: reading hints by a wrong index picks
         // the first.
         let eps = [ep("10.0.1.1", READY), ep("10.0.1.2", READY)];
-        let s = run_hinted(&eps, vec![hinted(&["zone-b"], &[]), hinted(&["zone-a"], &[])], &input(false, false, false));
+        let s = run_hinted(&eps, vec![hinted(&["zone-b"], &[]), hinted(&["zone-a"], &[])], &input(Policies::default()));
         assert_eq!(s.cluster, ["10.0.1.2"]);
     }
 }
