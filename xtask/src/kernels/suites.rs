@@ -42,6 +42,7 @@ pub const ALL: &[&str] = &[
     "verdict_nft",
     "verdict_conntrack",
     "fast_path",
+    "fast_path_agent",
     "scenarios@fastpath",
     "stale_udp@fastpath",
     "packets_core@fastpath",
@@ -57,6 +58,7 @@ pub const CI: &[&str] = &[
     "leftovers",
     "controller_loop",
     "fast_path",
+    "fast_path_agent",
     "scenarios@fastpath",
     "stale_udp@fastpath",
 ];

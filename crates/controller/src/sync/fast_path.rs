@@ -36,6 +36,7 @@ impl<K: Kernel> SyncLoop<K> {
         let Some(flowtable) = flowtable else { return };
         let tx = Transaction::flowtable_devices(&self.cfg.table, &flowtable, &wanted);
         if tx.is_empty() {
+            metrics::gauge!(m::FAST_PATH_DEVICES).set(flowtable.devices.len() as f64);
             return;
         }
         match self.commit(&tx) {
