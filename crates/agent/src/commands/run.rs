@@ -103,7 +103,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         once: cfg.once,
         defer_chain_deletion,
         state_dir: cfg.state_dir.clone(),
-        fast_path: cfg.rules.fast_path.is_some() && fast_path_supported(&mut nl),
+        fast_path: cfg.rules.fast_path.is_some() && fast_path_supported(&mut nl, &cfg.rules.table),
         ..SyncConfig::default()
     };
     let fast_path_on = sync_cfg.fast_path;
@@ -264,9 +264,12 @@ where
 }
 
 /// Whether the kernel has the software flowtables `--flowtable-interfaces` needs; without
-/// them the agent runs without the fast path instead of failing every sync.
-fn fast_path_supported(nl: &mut Netlink) -> bool {
-    let supported = match nl.supports_flowtables() {
+/// them the agent runs without the fast path instead of failing every sync. A table that
+/// holds the fast path's flowtable already answers without the probe, whose commit would move
+/// the generation and so spoil the adoption of the saved state at a warm restart.
+fn fast_path_supported(nl: &mut Netlink, table: &str) -> bool {
+    let programmed = nl.flowtables(table).is_ok_and(|f| f.iter().any(|f| f.name == verdict_nft::render::FAST_PATH));
+    let supported = match if programmed { Ok(true) } else { nl.supports_flowtables() } {
         Ok(s) => s,
         Err(e) => {
             tracing::error!("could not ask the kernel for flowtables; running without the fast path: {e}");

@@ -10,9 +10,6 @@ use crate::text::{rule_text, value};
 use std::net::{IpAddr, SocketAddr};
 use verdict_model::IpFamily;
 
-/// The trace line of `flow add`, followed by the flowtable's name.
-pub(super) const OFFLOADED_TO: &str = "  connection offloaded to flowtable @";
-
 /// How deep jumps may nest before the interpreter gives up (the kernel's limit is 16).
 const MAX_DEPTH: usize = 16;
 
@@ -26,6 +23,8 @@ pub(super) struct State {
     pub masquerade: bool,
     /// A later packet of the connection (`ct state established`), not its first.
     pub established: bool,
+    /// The flowtable a `flow add` offloaded the connection to.
+    pub offloaded: Option<String>,
     pub trace: Vec<String>,
 }
 
@@ -38,6 +37,7 @@ impl State {
             dnat: None,
             masquerade: false,
             established: false,
+            offloaded: None,
             trace: Vec::new(),
         }
     }
@@ -211,7 +211,8 @@ impl Evaluator<'_> {
                 self.statements(rest, st, depth)
             }
             Stmt::FlowAdd { flowtable } => {
-                st.trace.push(format!("{OFFLOADED_TO}{flowtable}"));
+                st.trace.push(format!("  connection offloaded to flowtable @{flowtable}"));
+                st.offloaded = Some(flowtable.clone());
                 self.statements(rest, st, depth)
             }
         }

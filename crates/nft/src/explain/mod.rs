@@ -268,7 +268,7 @@ fn offload(rs: &Ruleset, st: &eval::State, forward: impl FnOnce(eval::State) -> 
     later.established = true;
     later.trace.clear();
     forward(later).into_iter().find_map(|later| {
-        let flowtable = later.trace.iter().find_map(|t| t.strip_prefix(eval::OFFLOADED_TO))?.to_string();
+        let flowtable = later.offloaded?;
         let devices = rs.flowtables.get(&flowtable).map(|ft| ft.devices.iter().cloned().collect()).unwrap_or_default();
         Some(Offload { flowtable, devices, trace: later.trace })
     })
