@@ -19,7 +19,7 @@ pub enum Contender {
     StaticDnat,
     /// verdict's table, programmed over netlink as the agent does.
     Verdict,
-    /// verdict with a flowtable fast path (when the nft crate offers one).
+    /// verdict with the flowtable fast path (where the kernel has software flowtables).
     VerdictFastPath,
     /// kube-proxy's iptables mode through `iptables-nft-restore`.
     IptablesNft,
