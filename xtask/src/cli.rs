@@ -127,6 +127,11 @@ pub struct Bench {
     /// loaded [default: 300]
     #[arg(long, value_name = "S", requires = "dataplane")]
     pub iptables_budget: Option<f64>,
+    /// With --dataplane: also record each contender's same-node connect load with a
+    /// system-wide `perf record -a -g` into DIR/<contender>-<services>.perf.data (compare with
+    /// `perf report -i FILE --no-children --sort sym`)
+    #[arg(long, value_name = "DIR", requires = "dataplane")]
+    pub profile: Option<std::path::PathBuf>,
 
     /// With --counters: Services [default: 100000]
     #[arg(long, value_name = "N", requires = "counters")]

@@ -342,3 +342,46 @@ fn a_service_beyond_max_elements_per_service_is_left_out_and_the_rest_rendered()
     assert!(String::from_utf8_lossy(&capped.stderr).contains("TooManyElements"));
     assert!(String::from_utf8_lossy(&roomy.stdout).contains("10.96.0.50"), "8 elements fit a cap of 8");
 }
+
+#[test]
+fn the_fast_path_is_configured_by_flag_or_by_the_files_own_field_and_the_flag_wins() {
+    let dir = std::env::temp_dir().join(format!("verdict-fastpath-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("node.yaml"), "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n").unwrap();
+    let file = |interfaces: &str| {
+        config_file(&format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
+             nftables:\n  flowtableInterfaces: [{interfaces}]\n"
+        ))
+    };
+    let render = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(["render", "--hostname-override", "node1", "--manifests"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let from_file = file("eth0, \"veth*\"");
+    let (table, log) = render(&["--config", from_file.path()]);
+    assert!(table.contains("flowtable fastpath") && table.contains("flow add @fastpath"), "{table}");
+    assert!(!log.contains("flowtableInterfaces"), "verdict knows its own field: {log}");
+    let (plain, _) = render(&[]);
+    assert!(!plain.contains("flowtable"), "off by default: {plain}");
+
+    let broken = file("\"ve*th\"");
+    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["render", "--hostname-override", "node1", "--config", broken.path(), "--manifests"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("nftables.flowtableInterfaces") && stderr.contains("ve*th"), "{stderr}");
+    // verdict's own flag applies with --config too, and wins over the file's field.
+    let (table, _) = render(&["--config", broken.path(), "--flowtable-interfaces", "eth1"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(table.contains("flowtable fastpath"), "{table}");
+}

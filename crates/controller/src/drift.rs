@@ -20,7 +20,7 @@ pub fn watch_table(table: &str, tx: SyncSender<Event>) -> Result<MonitorGate, Ne
     let (mut monitor, gate) = TableMonitor::open(table)?;
     let spawned = std::thread::Builder::new().name("monitor".into()).spawn(move || {
         loop {
-            let what = match monitor.wait() {
+            let changed = match monitor.wait() {
                 Ok(TableNotice::OtherTable) => {
                     if tx.send(Event::OtherTablesChanged).is_err() {
                         return;
@@ -33,15 +33,17 @@ pub fn watch_table(table: &str, tx: SyncSender<Event>) -> Result<MonitorGate, Ne
                     }
                     continue;
                 }
-                Ok(TableNotice::Changed(kind)) => kind.to_string(),
-                Ok(TableNotice::Overflow) => "notices lost".to_string(),
+                Ok(TableNotice::Changed { what, generation }) => {
+                    Event::TableChanged { what: what.to_string(), generation: Some(generation) }
+                }
+                Ok(TableNotice::Overflow) => Event::TableChanged { what: "notices lost".into(), generation: None },
                 Err(e) => {
                     tracing::warn!("watching the table for changes by other programs stopped: {e}");
                     let _ = tx.send(Event::MonitorStopped);
                     return;
                 }
             };
-            if tx.send(Event::TableChanged(what)).is_err() {
+            if tx.send(changed).is_err() {
                 return;
             }
         }

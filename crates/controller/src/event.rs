@@ -68,8 +68,15 @@ pub enum Event {
     InitDone(Kind),
     /// Problems of the source itself (manifest files that do not parse); replaces the previous.
     SourceProblems(Vec<Problem>),
-    /// Another program changed the table (what it did): reconcile it.
-    TableChanged(String),
+    /// Another program changed the table: reconcile it, unless a reconcile already read it
+    /// since.
+    TableChanged {
+        /// What it did ("delete chain"; "notices lost" when the monitor overflowed).
+        what: String,
+        /// The low 16 bits of the generation its commit made (`None`: unknown, as after an
+        /// overflow).
+        generation: Option<u16>,
+    },
     /// `verdict trace` added or removed its chains, and nothing else: no reconcile, but the
     /// chains are removed at their deadline if their trace has not removed them by then.
     TraceChains(Vec<verdict_nft::netlink::monitor::TraceChange>),

@@ -12,7 +12,9 @@ use verdict_e2e::netns::Netns;
 use verdict_e2e::{require_kernel, synth};
 use verdict_model::source::{EndpointSlice, Node, Service};
 use verdict_model::{Cidr, ModelCache, ProxyConfig};
+use verdict_nft::Kernel;
 use verdict_nft::netlink::Netlink;
+use verdict_nft::netlink::monitor::{TableMonitor, TableNotice};
 use verdict_nft::observe::observe;
 use verdict_nft::{RenderOptions, render};
 
@@ -400,12 +402,56 @@ fn changes_by_other_programs_are_reconciled_and_our_own_are_not_taken_for_them()
         let healed = r.next();
         assert!(healed.full && healed.error.is_none() && healed.objects > 0, "{tamper:?}: {healed:?}");
         kernel_matches(&ns, &services, &slices);
+        // Notices of the same commit that arrive after the repair read the table (a deleted
+        // table is notified in many datagrams) are not taken for a new change.
+        assert!(r.none_within(Duration::from_millis(500)), "{tamper:?}: repaired twice");
     }
 
     // Another table's changes are none of our business.
     ns.check(&["nft", "add", "table", "inet", "somebody-else"]).unwrap();
     ns.check(&["nft", "add", "chain", "inet", "somebody-else", "c"]).unwrap();
     assert!(r.none_within(Duration::from_millis(500)), "another table's change caused a sync");
+}
+
+/// What the loop's dismissal of late notices rests on: every notice of one commit carries the
+/// generation that commit made, however many datagrams it takes.
+#[test]
+fn the_notices_of_a_commit_carry_the_generation_it_made() {
+    require_kernel!();
+    let ns = Netns::new("notice-gen").unwrap();
+    let (services, slices) = synth::cluster(200, 2, 1000);
+    let r = start(&ns);
+    list(&r, &services, &slices, true);
+    assert!(r.next().error.is_none());
+    r.stop();
+
+    let (tx, notices) = channel();
+    let path = format!("/run/netns/{}", ns.name());
+    // Blocks in `wait` until the test binary ends (as a watched loop's monitor does).
+    std::thread::spawn(move || {
+        nix::sched::setns(std::fs::File::open(&path).unwrap(), nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let (mut monitor, _gate) = TableMonitor::open("kube-proxy").unwrap();
+        tx.send(None).unwrap();
+        while let Ok(notice) = monitor.wait() {
+            if tx.send(Some(notice)).is_err() {
+                return;
+            }
+        }
+    });
+    assert_eq!(notices.recv_timeout(Duration::from_secs(10)).unwrap(), None, "the monitor listens");
+    ns.check(&["nft", "delete", "table", "inet", "kube-proxy"]).unwrap();
+    let made = ns.run(|| Netlink::open().unwrap().generation().unwrap());
+    let mut seen = Vec::new();
+    while let Ok(Some(notice)) = notices.recv_timeout(Duration::from_secs(1)) {
+        seen.push(notice);
+    }
+    assert!(seen.len() > 1, "a table of 200 Services is deleted in more than one datagram of notices: {seen:?}");
+    for notice in &seen {
+        assert!(
+            matches!(notice, TableNotice::Changed { generation, .. } if *generation == made as u16),
+            "{notice:?}: the commit made generation {made}"
+        );
+    }
 }
 
 #[test]

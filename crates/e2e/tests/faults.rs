@@ -385,7 +385,7 @@ fn a_failing_repair_with_nothing_queued_turns_healthz_red() {
 
     l.faults.fail(Fault::Busy, 0, u64::MAX);
     ns.check(&["nft", "flush", "chain", "inet", "kube-proxy", "services"]).unwrap();
-    l.tx.send(Event::TableChanged("a test flushed a chain".into())).unwrap();
+    l.tx.send(Event::TableChanged { what: "a test flushed a chain".into(), generation: None }).unwrap();
     let failed = l.next();
     assert!(failed.full && failed.error.is_some(), "{failed:?}");
     wait_for_503(&l, sync_period * 8).expect("healthz stayed 200 while the repair kept failing");

@@ -56,6 +56,13 @@ impl<'a> Message<'a> {
         self.payload().first().copied()
     }
 
+    /// For nfnetlink messages: the `res_id` of the `nfgenmsg` (in nf_tables notices, the low
+    /// 16 bits of the generation the notified commit made).
+    pub fn nfgen_res_id(&self) -> Option<u16> {
+        let id = self.payload().get(2..4)?;
+        Some(u16::from_be_bytes([id[0], id[1]]))
+    }
+
     /// The attributes after a family header of `family_header_len` bytes (4 for nfnetlink's
     /// `nfgenmsg` and generic netlink's `genlmsghdr`). Empty when the message is shorter.
     pub fn attrs(&self, family_header_len: usize) -> Attrs<'a> {

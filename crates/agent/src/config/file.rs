@@ -125,6 +125,9 @@ pub struct NftablesSection {
     pub masquerade_bit: Option<i64>,
     pub sync_period: Option<String>,
     pub min_sync_period: Option<String>,
+    /// verdict's own field, not upstream's (upstream's lenient decoder warns and ignores it):
+    /// `--flowtable-interfaces` in the file.
+    pub flowtable_interfaces: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]

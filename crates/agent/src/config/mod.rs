@@ -101,7 +101,8 @@ pub struct RulesConfig {
     pub proxy: ProxyConfig,
     /// The table name.
     pub table: String,
-    /// `--flowtable-interfaces`: the fast path, when given.
+    /// `--flowtable-interfaces` (or the file's `nftables.flowtableInterfaces`): the fast
+    /// path, when given.
     pub fast_path: Option<InterfacePatterns>,
 }
 
@@ -156,8 +157,13 @@ impl RulesConfig {
             );
         }
         let service_counters = service_counters(args)?;
-        let fast_path = InterfacePatterns::parse(args.flowtable_interfaces.iter().map(String::as_str))
-            .map_err(|e| bad(format!("--flowtable-interfaces: {e}")))?;
+        // verdict's own flag, so it applies with `--config` too, and wins over the file.
+        let (fast_path, source): (&[String], _) = match args.flowtable_interfaces.as_slice() {
+            [] => (&s.flowtable_interfaces, "nftables.flowtableInterfaces"),
+            given => (given, "--flowtable-interfaces"),
+        };
+        let fast_path = InterfacePatterns::parse(fast_path.iter().map(String::as_str))
+            .map_err(|e| bad(format!("{source}: {e}")))?;
         let fast_path = (!fast_path.is_empty()).then_some(fast_path);
         Ok(RulesConfig {
             node_name,

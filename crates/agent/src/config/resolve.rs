@@ -91,6 +91,8 @@ pub struct Settings {
     pub log_json: bool,
     /// `enableProfiling`.
     pub profiling: bool,
+    /// `nftables.flowtableInterfaces` (verdict's own field): the fast path's interfaces.
+    pub flowtable_interfaces: Vec<String>,
 }
 
 fn duration(field: &str, raw: Option<&str>) -> Result<Duration, ConfigError> {
@@ -265,5 +267,6 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
         verbosity: log.and_then(|l| l.verbosity).unwrap_or(0),
         log_json,
         profiling: c.enable_profiling.unwrap_or(false),
+        flowtable_interfaces: nft.and_then(|s| s.flowtable_interfaces.clone()).unwrap_or_default(),
     })
 }

@@ -19,10 +19,11 @@ impl<K: Kernel> SyncLoop<K> {
         }
     }
 
-    /// What [`SyncLoop::read_ahead`] read, if nothing was committed since.
-    pub(super) fn table_read_ahead(&mut self) -> Option<Result<Option<verdict_nft::observe::Observed>, NetlinkError>> {
+    /// What [`SyncLoop::read_ahead`] read, and the generation it read at, if nothing was
+    /// committed since.
+    pub(super) fn table_read_ahead(&mut self) -> Option<(u32, Result<Option<Observed>, NetlinkError>)> {
         let (genid, current) = self.read_ahead.take()?;
-        (self.nl.generation().ok() == Some(genid)).then_some(current)
+        (self.nl.generation().ok() == Some(genid)).then_some((genid, current))
     }
 
     /// Before the first sync, the model is built as the lists arrive (in batches, and whenever
@@ -176,7 +177,7 @@ impl<K: Kernel> SyncLoop<K> {
                 self.source_problems = p;
                 self.queued();
             }
-            Event::TableChanged(what) => self.drifted(&what),
+            Event::TableChanged { what, generation } => self.drifted(&what, generation),
             Event::TraceChains(changes) => {
                 for c in changes {
                     if !c.added {

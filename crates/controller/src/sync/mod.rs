@@ -32,8 +32,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
 use verdict_model::{ModelCache, ObjectKind, ObjectRef, Problem};
 use verdict_nft::Transaction;
-use verdict_nft::netlink::monitor::MonitorGate;
+use verdict_nft::netlink::monitor::{MonitorGate, generation_after};
 use verdict_nft::netlink::{CommitStats, Netlink, NetlinkError};
+use verdict_nft::observe::Observed;
 use verdict_nft::snapshot::Snapshot;
 use verdict_nft::{DesiredTable, Kernel, RenderOptions, Staged};
 
@@ -208,7 +209,11 @@ pub struct SyncLoop<K: Kernel = Netlink> {
     known: Option<(verdict_nft::snapshot::Stamp, verdict_nft::snapshot::Snapshot)>,
     /// The kernel's table as read before the first sync, and the generation it was read at.
     #[allow(clippy::type_complexity)]
-    read_ahead: Option<(u32, Result<Option<verdict_nft::observe::Observed>, NetlinkError>)>,
+    read_ahead: Option<(u32, Result<Option<Observed>, NetlinkError>)>,
+    /// The generation at which the last successful full sync read the kernel's table: other
+    /// programs' changes up to it are reconciled, and their notices, arriving late (a large
+    /// `nft delete table` notifies in many datagrams), need no second reconcile.
+    reconciled_through: Option<u32>,
     looked_for_state: bool,
     /// Why the last sync failed, for `run` to return with `once`.
     last_failure: Option<SyncFailure>,
@@ -258,6 +263,7 @@ impl<K: Kernel> SyncLoop<K> {
             verify_kernel: true,
             known: None,
             read_ahead: None,
+            reconciled_through: None,
             looked_for_state: false,
             last_failure: None,
             traces: BTreeMap::new(),

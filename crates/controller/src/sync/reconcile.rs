@@ -68,7 +68,7 @@ impl<K: Kernel> SyncLoop<K> {
         match outcome {
             Ok(()) => {
                 if std::mem::take(&mut self.foreign_commit) {
-                    self.drifted("a commit by another program while verdict committed");
+                    self.drifted("a commit by another program while verdict committed", None);
                 }
                 if let Some(table) = &self.table {
                     self.stale_chains.forget_wanted(|chain| table.ruleset().chains.contains_key(chain));
@@ -112,13 +112,17 @@ impl<K: Kernel> SyncLoop<K> {
         let mut attempt = 1;
         loop {
             let mark = Instant::now();
-            let current = match (attempt, self.table_read_ahead()) {
-                (1, Some(current)) => current,
-                (1, None) => self.current_table(),
-                _ => self.nl.read(&self.cfg.table, &Snapshot::default()),
+            // The generation before reading: changes up to it are in what is read (for a table
+            // that is absent, the read has no generation of its own).
+            let (read_from, current) = match (attempt, self.table_read_ahead()) {
+                (1, Some((genid, current))) => (Some(genid), current),
+                (1, None) => (self.nl.generation().ok(), self.current_table()),
+                _ => (self.nl.generation().ok(), self.nl.read(&self.cfg.table, &Snapshot::default())),
             };
             phases.read += mark.elapsed();
             let current = current.map_err(SyncFailure::Read)?;
+            // Not read from the kernel: the table verdict last committed, taken as it is.
+            let from_kernel = current.as_ref().is_none_or(|c| c.generation.is_some());
             let mark = Instant::now();
             // The table as read (at a restart, all of it) goes into the plan, and is dropped
             // once compared: before the batch is encoded, not after.
@@ -140,6 +144,9 @@ impl<K: Kernel> SyncLoop<K> {
             phases.commit += mark.elapsed();
             match committed {
                 Ok(stats) => {
+                    if from_kernel {
+                        self.reconciled_through = plan.read_at.or(read_from);
+                    }
                     report.objects += objects;
                     report.bytes += stats.bytes;
                     self.stale_chains.flushed(plan.staged.deferred_chains, Instant::now());
@@ -219,8 +226,16 @@ impl<K: Kernel> SyncLoop<K> {
         Ok(stats)
     }
 
-    /// Another program changed the table: the next sync reconciles it against the kernel.
-    pub(super) fn drifted(&mut self, what: &str) {
+    /// Another program changed the table: the next sync reconciles it against the kernel,
+    /// unless a full sync has read the table since that change (`generation`: the low 16 bits
+    /// of the generation its commit made, when known).
+    pub(super) fn drifted(&mut self, what: &str, generation: Option<u16>) {
+        if let (Some(generation), Some(read)) = (generation, self.reconciled_through)
+            && !generation_after(generation, read)
+        {
+            tracing::debug!(generation, read, "a change by another program ({what}) was already reconciled");
+            return;
+        }
         tracing::info!(table = self.cfg.table, "another program changed the table ({what}); reconciling");
         metrics::counter!(m::TABLE_DRIFT).increment(1);
         self.needs_full = true;

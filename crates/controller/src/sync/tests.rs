@@ -163,10 +163,27 @@ fn another_programs_change_is_repaired_by_a_full_sync_that_reads_the_kernel() {
         set.elements = Default::default();
     });
     assert!(!holds(&kernel, &services, &slices));
-    r.send(Event::TableChanged("delete element".into()));
+    let edited = kernel.clone().generation().unwrap() as u16;
+    let notice = || Event::TableChanged { what: "delete element".into(), generation: Some(edited) };
+    r.send(notice());
     let repair = r.next();
     assert!(repair.full && repair.objects > 0 && repair.error.is_none(), "{repair:?}");
     assert!(holds(&kernel, &services, &slices));
+
+    // More notices of the same commit, arriving after the repair read the table (a large
+    // change is notified in many datagrams): nothing more to do.
+    r.send(notice());
+    r.send(notice());
+    assert!(r.none_within(Duration::from_millis(300)), "a change the repair had read was repaired again");
+
+    // Another commit, or notices lost, are reconciled again.
+    kernel.edit(TABLE, |t| t.sets.values_mut().for_each(|s| s.elements = Default::default()));
+    let later = kernel.clone().generation().unwrap() as u16;
+    r.send(Event::TableChanged { what: "delete element".into(), generation: Some(later) });
+    assert!(r.next().full);
+    assert!(holds(&kernel, &services, &slices));
+    r.send(Event::TableChanged { what: "notices lost".into(), generation: None });
+    assert!(r.next().full);
     r.stop();
 }
 

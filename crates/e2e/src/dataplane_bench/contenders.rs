@@ -51,6 +51,18 @@ impl Contender {
         }
     }
 
+    /// A short name, for file names.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Contender::NoProxy => "no-proxy",
+            Contender::StaticDnat => "static-dnat",
+            Contender::Verdict => "verdict",
+            Contender::VerdictFastPath => "verdict-flowtable",
+            Contender::IptablesNft => "iptables-nft",
+            Contender::IptablesLegacy => "iptables-legacy",
+        }
+    }
+
     /// A floor: its cost does not depend on the number of Services, so it runs once.
     pub fn is_floor(self) -> bool {
         matches!(self, Contender::NoProxy | Contender::StaticDnat)

@@ -59,6 +59,29 @@ fn load(ns: &Netns, bins: &Bins, mode: &str, to: SocketAddr, workers: usize, sec
     serde_json::from_str(out.trim()).with_context(|| format!("verdict-load {mode} printed {out:?}"))
 }
 
+/// The same-node connect load once more, under a system-wide `perf record` with call graphs
+/// (the kernel's softirq work runs in whichever context the packet arrives in, so only `-a`
+/// sees all of it), written to `file`; what the load printed goes next to it (`.json`).
+pub fn profile(lab: &Lab, bins: &Bins, to: SocketAddr, s: &Settings, file: &std::path::Path) -> Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let ns = lab.client(Path::Local);
+    let out = std::process::Command::new("perf")
+        .args(["record", "-a", "-g", "-F", "1999", "-q", "-o"])
+        .arg(file)
+        .args(["--", "ip", "netns", "exec", ns.name(), bins.load(), "connect"])
+        .args([to.to_string(), s.workers.to_string(), format!("{}", s.seconds)])
+        .output()
+        .context("running perf (Debian: apt install linux-perf)")?;
+    if !out.status.success() {
+        bail!("perf record failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    // What the load achieved while recorded: samples per connection need the count.
+    std::fs::write(file.with_extension("json"), &out.stdout)?;
+    Ok(())
+}
+
 fn num(v: &Value, key: &str) -> Result<f64> {
     v[key].as_f64().with_context(|| format!("no {key} in {v}"))
 }

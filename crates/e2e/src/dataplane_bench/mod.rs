@@ -72,11 +72,14 @@ pub struct Args {
     pub bins: Bins,
     /// Where the report goes.
     pub out: PathBuf,
+    /// Where to write a system-wide `perf record` of each contender's same-node connect load
+    /// (one more run of it, after the measures), if anywhere.
+    pub profile: Option<PathBuf>,
 }
 
 /// The driver's usage, with its defaults.
 pub const USAGE: &str = "verdict-bench-dataplane --echo PATH --load PATH [--out DIR] [--sizes 100,10000,100000] \
-[--endpoints 10] [--seconds 2] [--workers 32] [--udp-workers 8] [--iptables-budget 300]";
+[--endpoints 10] [--seconds 2] [--workers 32] [--udp-workers 8] [--iptables-budget 300] [--profile DIR]";
 
 impl Args {
     /// Parses `--flag value` pairs.
@@ -88,6 +91,7 @@ impl Args {
             iptables_budget: Duration::from_secs(300),
             bins: Bins { echo: PathBuf::new(), load: PathBuf::new() },
             out: PathBuf::from("target/bench"),
+            profile: None,
         };
         if argv.iter().any(|a| a == "--help" || a == "-h") {
             println!("{USAGE}");
@@ -106,6 +110,7 @@ impl Args {
                 "--echo" => a.bins.echo = v.into(),
                 "--load" => a.bins.load = v.into(),
                 "--out" => a.out = v.into(),
+                "--profile" => a.profile = Some(v.into()),
                 other => bail!("unknown argument {other}\n{USAGE}"),
             }
         }
@@ -158,6 +163,17 @@ pub fn run(a: &Args) -> Result<()> {
                         let m = measure::path(&lab, &a.bins, path, to, &a.settings);
                         eprintln!("  {}: {m:?}", path.name());
                         paths.push((path, m));
+                    }
+                    if let Some(dir) = &a.profile {
+                        let to = match c {
+                            Contender::NoProxy => lab.first_server(false),
+                            _ => lab.proxied_target(Path::Local, n),
+                        };
+                        let file = dir.join(format!("{}-{n}.perf.data", c.slug()));
+                        match measure::profile(&lab, &a.bins, to, &a.settings, &file) {
+                            Ok(()) => eprintln!("  profiled: {}", file.display()),
+                            Err(e) => eprintln!("  not profiled: {e:#}"),
+                        }
                     }
                 }
             }

@@ -24,8 +24,14 @@ const ENOBUFS: i32 = libc::ENOBUFS;
 /// What the monitor saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TableNotice {
-    /// Another program changed the table (the message kind, e.g. "delete chain").
-    Changed(&'static str),
+    /// Another program changed the table.
+    Changed {
+        /// The message kind, e.g. "delete chain".
+        what: &'static str,
+        /// The low 16 bits of the generation that program's commit made: a reconcile that read
+        /// the table at this generation or later has seen the change (see [`generation_after`]).
+        generation: u16,
+    },
     /// Another program (`verdict trace`) added or removed chains of the table whose names carry
     /// a trace's deadline (see [`crate::trace::chains`]), and changed nothing else.
     Trace(Vec<TraceChange>),
@@ -94,10 +100,10 @@ impl TableMonitor {
                 Err(e) if e.raw_os_error() == Some(ENOBUFS) => return Ok(TableNotice::Overflow),
                 Err(e) => return Err(NetlinkError::Io(e)),
             };
-            if let Some(kind) = about_table(&self.buf[..n], &self.table) {
+            if let Some((what, generation)) = about_table(&self.buf[..n], &self.table) {
                 return Ok(match trace_changes(&self.buf[..n], &self.table) {
                     Some(changes) => TableNotice::Trace(changes),
-                    None => TableNotice::Changed(kind),
+                    None => TableNotice::Changed { what, generation },
                 });
             }
             if about_other_tables(&self.buf[..n], &self.table) {
@@ -114,13 +120,21 @@ fn nft_message(m: &Message<'_>) -> Option<u16> {
     (kind >> 8 == NFNL_SUBSYS_NFTABLES && kind & 0xff != NFT_MSG_NEWGEN).then_some(kind & 0xff)
 }
 
-/// The kind of the first message in `datagram` that is about `inet <table>`, if any.
-pub(crate) fn about_table(datagram: &[u8], table: &str) -> Option<&'static str> {
+/// The kind and generation (low 16 bits) of the first message in `datagram` that is about
+/// `inet <table>`, if any.
+pub(crate) fn about_table(datagram: &[u8], table: &str) -> Option<(&'static str, u16)> {
     Messages::new(datagram).map_while(Result::ok).find_map(|m| {
         let msg = nft_message(&m)?;
         let ours = m.nfgen_family() == Some(FAMILY_INET) && string_attr(&m, ATTR_TABLE) == Some(table);
-        ours.then(|| kind_name(msg))
+        ours.then(|| (kind_name(msg), m.nfgen_res_id().unwrap_or_default()))
     })
+}
+
+/// Whether a notice of `generation` (its low 16 bits, as notices carry it) is about a commit
+/// made after generation `seen`. Notices arrive moments after their commit, never 32768
+/// commits late, so the 16 bits are compared across their wrap.
+pub fn generation_after(generation: u16, seen: u32) -> bool {
+    (generation.wrapping_sub(seen as u16) as i16) > 0
 }
 
 /// The trace chains `datagram` adds or deletes, when every message in it about `inet <table>`
@@ -192,6 +206,9 @@ mod tests {
     use super::*;
     use verdict_netlink::NLMSG_HDRLEN;
 
+    /// The generation every test notice carries.
+    const GENERATION: u16 = 0x1234;
+
     /// One notification: header, nfgenmsg, then these attributes.
     fn message(msg: u16, family: u8, attributes: &[(u16, &[u8])]) -> Vec<u8> {
         let mut attrs = Vec::new();
@@ -206,7 +223,8 @@ mod tests {
         out.extend_from_slice(&(len as u32).to_ne_bytes());
         out.extend_from_slice(&((NFNL_SUBSYS_NFTABLES << 8) | msg).to_ne_bytes());
         out.extend_from_slice(&[0; 10]);
-        out.extend_from_slice(&[family, 0, 0, 0]);
+        out.extend_from_slice(&[family, 0]);
+        out.extend_from_slice(&GENERATION.to_be_bytes());
         out.extend_from_slice(&attrs);
         out
     }
@@ -245,8 +263,24 @@ mod tests {
 
     #[test]
     fn a_change_to_our_table_is_recognised() {
-        assert_eq!(about_table(&notice(5, FAMILY_INET, "kube-proxy"), "kube-proxy"), Some("delete chain"));
-        assert_eq!(about_table(&notice(14, FAMILY_INET, "kube-proxy"), "kube-proxy"), Some("delete element"));
+        assert_eq!(
+            about_table(&notice(5, FAMILY_INET, "kube-proxy"), "kube-proxy"),
+            Some(("delete chain", GENERATION))
+        );
+        assert_eq!(
+            about_table(&notice(14, FAMILY_INET, "kube-proxy"), "kube-proxy"),
+            Some(("delete element", GENERATION))
+        );
+    }
+
+    #[test]
+    fn a_notice_is_after_a_generation_across_the_16_bit_wrap() {
+        assert!(generation_after(11, 10));
+        assert!(!generation_after(10, 10), "the generation read: seen");
+        assert!(!generation_after(9, 10));
+        assert!(generation_after(0x0001, 0x0001_ffff), "wrapped past the read");
+        assert!(!generation_after(0xfffe, 0x0002_0001), "before the read, across the wrap");
+        assert!(generation_after(0x8000, 0x0001_0001), "far ahead, still after");
     }
 
     #[test]
@@ -269,7 +303,7 @@ mod tests {
     #[test]
     fn every_message_of_a_datagram_is_looked_at() {
         let datagram = [notice(3, FAMILY_INET, "other"), notice(2, FAMILY_INET, "kube-proxy")].concat();
-        assert_eq!(about_table(&datagram, "kube-proxy"), Some("delete table"));
+        assert_eq!(about_table(&datagram, "kube-proxy"), Some(("delete table", GENERATION)));
     }
 
     #[test]
