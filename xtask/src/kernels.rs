@@ -205,10 +205,15 @@ fn plan(suites: &[suites::Suite], opts: &Options) -> String {
     let extra = if opts.self_test { " --include-ignored" } else { "" };
     let limit = opts.suite_timeout.as_secs();
     for suite in suites {
+        // Test executables take libtest's flags; a program its own arguments.
+        let args = match suite.args.is_empty() {
+            true => extra.to_string(),
+            false => suite.args.iter().map(|a| format!(" {}", shell_quote(a))).collect(),
+        };
         let _ = writeln!(
             s,
             // A directory the guest cannot enter fails the suite with the reason in its log.
-            "run {} {} {}timeout -k 10 {limit} {}{extra}",
+            "run {} {} {}timeout -k 10 {limit} {}{args}",
             suite.name,
             quote(&suite.dir),
             suite.env.iter().map(|(k, v)| format!("env {k}={v} ")).collect::<String>(),

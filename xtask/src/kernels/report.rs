@@ -45,6 +45,11 @@ pub fn read_cell(share: &Path, suite: &str) -> Cell {
         .map(|l| l.split(';').take(3).collect::<Vec<_>>().join(";").replace(". ", " "))
         .collect::<Vec<_>>()
         .join(" + ");
+    // A program that is no test executable (`e2e@fastpath`): its last line says what passed.
+    let tests = match tests.is_empty() {
+        true => log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default().chars().take(80).collect(),
+        false => tests,
+    };
     let outcome = match read("rc").map(|s| s.trim().to_string()) {
         None => Outcome::Skipped("the VM ended before this suite ran".into()),
         Some(rc) if rc == "0" => Outcome::Passed,
@@ -132,4 +137,34 @@ pub fn failures(rows: &[Row]) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes one suite's result files, as the guest does, into a fresh directory.
+    fn share(name: &str, log: &str, rc: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-report-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (ext, text) in [("log", log), ("rc", rc), ("secs", "33.2")] {
+            std::fs::write(dir.join(format!("suite.{ext}")), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_cell_says_what_passed_for_tests_and_for_a_program() {
+        let libtest =
+            share("libtest", "running 3 tests\ntest result: ok. 3 passed; 0 failed; 0 ignored; 0 measured\n", "0\n");
+        let program = share("program", "[7/7] restart: ok\ne2e: all 7 scenarios passed in 33.0 s\n\n", "0\n");
+        let failed = share("failed", "failures:\n    a_test\n\ntest result: FAILED. 0 passed; 1 failed\n", "101\n");
+        let text = |dir: &std::path::Path| cell_text(&read_cell(dir, "suite"));
+        assert_eq!(text(&libtest), "passed (ok 3 passed; 0 failed; 0 ignored, 33 s)");
+        assert_eq!(text(&program), "passed (e2e: all 7 scenarios passed in 33.0 s, 33 s)");
+        assert_eq!(text(&failed), "**FAILED**: a_test, 33 s");
+        for dir in [libtest, program, failed] {
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+    }
 }

@@ -14,10 +14,17 @@ pub struct Suite {
     /// Environment for the run: `NAME@fastpath` runs suite NAME with every table programmed
     /// with the fast path (`VERDICT_FAST_PATH=1`).
     pub env: Vec<(&'static str, &'static str)>,
+    /// Arguments (a test executable runs with none).
+    pub args: Vec<String>,
 }
 
 /// The suffix that runs a packet suite with the fast path on.
 pub const FAST_PATH: &str = "@fastpath";
+
+/// The e2e cluster (`cargo xtask e2e`'s scenarios, agents started from kubeadm's
+/// `config.conf`), with the fast path turned on in that file: no test executable, the
+/// `verdict-e2e` binary.
+pub const E2E_FAST_PATH: &str = "e2e@fastpath";
 
 /// The suites that exercise the kernel: the integration tests of `verdict-e2e` that program
 /// nftables or send packets, and the netlink and conntrack unit tests. Left out: suites that
@@ -46,6 +53,7 @@ pub const ALL: &[&str] = &[
     "scenarios@fastpath",
     "stale_udp@fastpath",
     "packets_core@fastpath",
+    E2E_FAST_PATH,
 ];
 
 /// What `.ci/run` runs on 6.1 (docs/testing.md says why these).
@@ -61,6 +69,7 @@ pub const CI: &[&str] = &[
     "fast_path_agent",
     "scenarios@fastpath",
     "stale_udp@fastpath",
+    E2E_FAST_PATH,
 ];
 
 /// Builds the test executables (once, on the host) and returns those named in `wanted`.
@@ -85,12 +94,17 @@ pub fn build(wanted: &[String]) -> Result<Vec<Suite>> {
         let name = if lib { name.replace('-', "_") } else { name };
         let dir = PathBuf::from(manifest).parent().map(PathBuf::from).unwrap_or_default();
         if wanted.contains(&name) {
-            found.push(Suite { name: name.clone(), exe: PathBuf::from(&exe), dir: dir.clone(), env: Vec::new() });
+            let (exe, dir) = (PathBuf::from(&exe), dir.clone());
+            found.push(Suite { name: name.clone(), exe, dir, env: Vec::new(), args: Vec::new() });
         }
         let fast = format!("{name}{FAST_PATH}");
         if wanted.contains(&fast) {
-            found.push(Suite { name: fast, exe: PathBuf::from(exe), dir, env: vec![("VERDICT_FAST_PATH", "1")] });
+            let env = vec![("VERDICT_FAST_PATH", "1")];
+            found.push(Suite { name: fast, exe: PathBuf::from(exe), dir, env, args: Vec::new() });
         }
+    }
+    if wanted.iter().any(|w| w == E2E_FAST_PATH) {
+        found.push(e2e_fast_path()?);
     }
     for w in wanted {
         if !found.iter().any(|s| &s.name == w) {
@@ -99,6 +113,19 @@ pub fn build(wanted: &[String]) -> Result<Vec<Suite>> {
     }
     found.sort_by_key(|s| wanted.iter().position(|w| *w == s.name));
     Ok(found)
+}
+
+/// [`E2E_FAST_PATH`]: the binaries built, and the run `cargo xtask e2e` would make.
+fn e2e_fast_path() -> Result<Suite> {
+    crate::run::cargo(&["build", "--release", "-p", "verdict-agent", "-p", "verdict-e2e", "--bins"])?;
+    let bin = crate::run::release_bin;
+    Ok(Suite {
+        name: E2E_FAST_PATH.into(),
+        exe: crate::run::release_dir()?.join("verdict-e2e"),
+        dir: crate::run::workspace_root()?,
+        env: vec![("VERDICT_FAST_PATH", "1")],
+        args: vec!["--verdict".into(), bin("verdict")?, "--echo".into(), bin("verdict-echo")?],
+    })
 }
 
 /// A string field of one line of cargo's JSON (first occurrence; cargo escapes no `"` in paths

@@ -53,6 +53,9 @@ fn main() -> Result<()> {
     println!("e2e: starting a two-node namespace cluster, the test API server and {how}");
     let mut cluster = NsCluster::start_with("e2e", &bins, containers.clone())?;
     println!("e2e: cluster up in {:.1} s", started.elapsed().as_secs_f64());
+    if verdict_e2e::dataplane::fast_path_from_env() {
+        check_fast_path(&cluster)?;
+    }
     if let Some(c) = &containers {
         let agent = c.agent();
         println!("e2e: agent container: {:?} {:?}", agent.command.clone().unwrap_or_default(), agent.security_context);
@@ -64,6 +67,28 @@ fn main() -> Result<()> {
         least_privilege(&mut cluster)?;
     }
     println!("e2e: all {n} scenarios passed in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// With `VERDICT_FAST_PATH=1`: every node's agent read the fast path from kubeadm's
+/// `config.conf` and put the node's interfaces in the flowtable (so every scenario's
+/// established connections through a node are offloaded).
+fn check_fast_path(cluster: &NsCluster) -> Result<()> {
+    for node in &cluster.topo.nodes {
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let listed = node.ns.check(&["nft", "list", "flowtables"])?;
+            if listed.contains("flowtable fastpath") && listed.contains("devices = {") {
+                let devices = listed.lines().find(|l| l.contains("devices")).unwrap_or_default().trim();
+                println!("e2e: {}: fast path on ({}): {devices}", node.name, verdict_e2e::cluster::FAST_PATH_FIELD);
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{}: VERDICT_FAST_PATH=1, but the table has no flowtable with devices:\n{listed}", node.name);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
     Ok(())
 }
 

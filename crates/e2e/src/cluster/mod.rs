@@ -66,9 +66,19 @@ const KUBEADM_CONFIG: &str = include_str!("../../../agent/tests/fixtures/kubeadm
 /// A kubeadm cluster's `kube-proxy` ConfigMap, its `kubeconfig.conf` (which `config.conf`
 /// names beside it) being `kubeconfig`: the test API server's, with its real address, where
 /// kubeadm's names the control plane's.
+/// With `VERDICT_FAST_PATH=1`, `config.conf` also turns the fast path on for every
+/// interface, through verdict's own field of the `nftables` section.
 fn kubeadm_config_map(kubeconfig: String) -> Vec<(&'static str, String)> {
-    vec![("config.conf", KUBEADM_CONFIG.to_string()), ("kubeconfig.conf", kubeconfig)]
+    let mut config = KUBEADM_CONFIG.to_string();
+    if crate::dataplane::fast_path_from_env() {
+        assert!(config.contains("\nnftables:\n"), "kubeadm's config.conf has an nftables section");
+        config = config.replacen("\nnftables:\n", &format!("\nnftables:\n  {FAST_PATH_FIELD}\n"), 1);
+    }
+    vec![("config.conf", config), ("kubeconfig.conf", kubeconfig)]
 }
+
+/// The field `VERDICT_FAST_PATH=1` adds to kubeadm's `nftables` section.
+pub const FAST_PATH_FIELD: &str = "flowtableInterfaces: [\"*\"]";
 
 /// Without containers: node `node`'s volumes as the DaemonSet names them (and as
 /// [`container::volumes_dir`] lays them out): (the ConfigMap `kube-proxy`, the `state`

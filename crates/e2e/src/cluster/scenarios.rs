@@ -234,9 +234,18 @@ fn agent_restart(c: &mut NsCluster) -> Result<()> {
     let (pod, outside) = (from_pod.stop(), from_outside.stop());
     check_no_failures("prober c1 -> 10.96.0.16:80 across the restart", &pod)?;
     check_no_failures("prober external -> node1:30082 across the restart", &outside)?;
-    let log = c.agent_log(0);
-    let after_restart = log.rsplit("verdict starting").next().unwrap_or_default();
-    let first_sync = after_restart.lines().find(|l| l.contains("synced")).unwrap_or_default();
+    // Healthy comes before the first sync has listed everything (under software emulation,
+    // by more than the probers' last half second): wait for its line.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let first_sync = loop {
+        let log = c.agent_log(0);
+        let after_restart = log.rsplit("verdict starting").next().unwrap_or_default();
+        if let Some(line) = after_restart.lines().find(|l| l.contains("synced")) {
+            break line.to_string();
+        }
+        ensure!(std::time::Instant::now() < deadline, "the restarted agent did not sync within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
     ensure!(first_sync.contains("objects=0"), "the restarted agent's first sync should write nothing: {first_sync:?}");
     println!("    the restarted agent's first sync wrote 0 objects");
     Ok(())
