@@ -31,7 +31,7 @@ pub enum Command {
     Demo,
     /// Cold sync and one-endpoint change: verdict over netlink vs `nft -f` (report in
     /// target/bench/report.md); or --e2e, or --counters, or --dataplane
-    Bench(Bench),
+    Bench(Box<Bench>),
     /// The e2e scenarios on a two-node namespace cluster; or on kind (--kind); or with each agent
     /// a container of the image (--containers)
     E2e(E2e),
@@ -127,6 +127,10 @@ pub struct Bench {
     /// loaded [default: 300]
     #[arg(long, value_name = "S", requires = "dataplane")]
     pub iptables_budget: Option<f64>,
+    /// With --dataplane: rounds per size, contenders in alternating order, each cell the median
+    /// [default: 1]
+    #[arg(long, value_name = "N", requires = "dataplane")]
+    pub rounds: Option<usize>,
     /// With --dataplane: also record each contender's same-node connect load with a
     /// system-wide `perf record -a -g` into DIR/<contender>-<services>.perf.data (compare with
     /// `perf report -i FILE --no-children --sort sym`)

@@ -255,6 +255,7 @@ fn bench_dataplane(a: &cli::Bench) -> Result<()> {
     forward(&mut args, "--workers", a.workers);
     forward(&mut args, "--udp-workers", a.udp_workers);
     forward(&mut args, "--iptables-budget", a.iptables_budget);
+    forward(&mut args, "--rounds", a.rounds);
     forward(&mut args, "--profile", a.profile.as_ref().map(|p| p.display()));
     run::program(&run::release_dir()?.join("verdict-bench-dataplane"), &args, &[])?;
     println!("(dataplane.md and dataplane-*.svg in target/bench: copy them into docs/ with the context of the run)");

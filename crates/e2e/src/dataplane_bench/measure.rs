@@ -82,6 +82,51 @@ pub fn profile(lab: &Lab, bins: &Bins, to: SocketAddr, s: &Settings, file: &std:
     Ok(())
 }
 
+/// The median of each measure over rounds (failed rounds left out; failures summed): one
+/// short run on a shared machine moves by several percent, and with it a contender's place in
+/// the order.
+pub fn median(rounds: &[Measures]) -> Measures {
+    fn mid(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+    fn each<T: Clone>(
+        rounds: &[Measures],
+        pick: impl Fn(&Measures) -> &Result<T, String>,
+        combine: impl Fn(&[&T]) -> T,
+    ) -> Result<T, String> {
+        let ok: Vec<&T> = rounds.iter().filter_map(|m| pick(m).as_ref().ok()).collect();
+        match (ok.is_empty(), rounds.first()) {
+            (false, _) => Ok(combine(&ok)),
+            (true, Some(first)) => pick(first).clone(),
+            (true, None) => Err("not measured".into()),
+        }
+    }
+    let bulk = |b: &[&Bulk]| Bulk {
+        bytes_per_sec: mid(b.iter().map(|b| b.bytes_per_sec).collect()),
+        cpu_s_per_gb: mid(b.iter().map(|b| b.cpu_s_per_gb).collect()),
+    };
+    Measures {
+        connect: each(
+            rounds,
+            |m| &m.connect,
+            |c| Connect {
+                per_sec: mid(c.iter().map(|c| c.per_sec).collect()),
+                p50_us: mid(c.iter().map(|c| c.p50_us).collect()),
+                p99_us: mid(c.iter().map(|c| c.p99_us).collect()),
+                errors: c.iter().map(|c| c.errors).sum(),
+            },
+        ),
+        bulk1: each(rounds, |m| &m.bulk1, bulk),
+        bulk8: each(rounds, |m| &m.bulk8, bulk),
+        udp_rr: each(rounds, |m| &m.udp_rr, |r| mid(r.iter().map(|r| **r).collect())),
+    }
+}
+
 fn num(v: &Value, key: &str) -> Result<f64> {
     v[key].as_f64().with_context(|| format!("no {key} in {v}"))
 }
@@ -131,5 +176,31 @@ pub fn path(lab: &Lab, bins: &Bins, path: Path, to: SocketAddr, s: &Settings) ->
         bulk1: bulk(ns, bins, to, 1, s).map_err(text),
         bulk8: bulk(ns, bins, to, 8, s).map_err(text),
         udp_rr: udp_rr.map_err(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(per_sec: f64, udp: Result<f64, String>) -> Measures {
+        let bulk = Ok(Bulk { bytes_per_sec: per_sec, cpu_s_per_gb: 1.0 });
+        Measures {
+            connect: Ok(Connect { per_sec, p50_us: per_sec / 1000.0, p99_us: 1.0, errors: 1 }),
+            bulk1: bulk.clone(),
+            bulk8: bulk,
+            udp_rr: udp,
+        }
+    }
+
+    #[test]
+    fn the_median_of_rounds_leaves_failed_rounds_out_and_sums_failures() {
+        let m = median(&[round(30.0, Ok(5.0)), round(10.0, Err("lost".into())), round(20.0, Ok(7.0))]);
+        let c = m.connect.unwrap();
+        assert_eq!((c.per_sec, c.p50_us, c.errors), (20.0, 0.02, 3));
+        assert_eq!(m.udp_rr, Ok(6.0), "the two rounds that answered");
+        assert_eq!(m.bulk8.unwrap().bytes_per_sec, 20.0);
+        let failed = median(&[round(1.0, Err("lost".into())), round(2.0, Err("again".into()))]);
+        assert_eq!(failed.udp_rr, Err("lost".into()));
     }
 }

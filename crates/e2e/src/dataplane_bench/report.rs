@@ -30,8 +30,9 @@ fn measures(row: &Row, path: Path) -> Option<&Measures> {
     row.paths.iter().find(|(p, _)| *p == path).map(|(_, m)| m)
 }
 
-fn floor(rows: &[Row], c: Contender, path: Path) -> Option<&Measures> {
-    rows.iter().find(|r| r.contender == c).and_then(|r| measures(r, path))
+/// Floor `c`'s measures of `path` in the cluster of `services`.
+fn floor(rows: &[Row], c: Contender, path: Path, services: usize) -> Option<&Measures> {
+    rows.iter().find(|r| r.contender == c && r.services == services).and_then(|r| measures(r, path))
 }
 
 /// `value (value / no-proxy, value / static DNAT)`, or the reason there is no value.
@@ -85,19 +86,28 @@ pub fn markdown(a: &Args, rows: &[Row]) -> String {
     let _ = writeln!(
         out,
         "Sizes {:?} Services x {} endpoints; {} s per measure; {} parallel clients for connections/s, \
-         {} for UDP request/response; {}. The floors (no proxy, static DNAT) do not depend on the \
-         Service count and were measured once. The namespaces share one kernel and its CPUs with \
-         anything else the machine runs: on a busy machine the numbers are noisy.\n",
+         {} for UDP request/response; {}. {} The floors (no proxy, static DNAT) do not depend on \
+         the Service count; they are measured at each size, in that size's cluster and rounds. The namespaces share one kernel \
+         and its CPUs with anything else the machine runs: on a busy machine the numbers are noisy.\n",
         a.sizes,
         a.endpoints,
         s.seconds,
         s.workers,
         s.udp_workers,
-        machine()
+        machine(),
+        match a.rounds {
+            1 => "One round (a contender's place in the order moves its numbers by several percent: \
+                  use --rounds 3 or more to compare within 10%)."
+                .to_string(),
+            n => format!(
+                "Each cell is the median of {n} rounds, the contenders in alternating order \
+                 (iptables-legacy last, in the last round only)."
+            ),
+        }
     );
     let _ = writeln!(out, "## Setup\n\n| contender | Services | setup |\n|---|---:|---|");
     for r in rows {
-        let services = r.services.map_or("(any)".to_string(), |n| n.to_string());
+        let services = r.services;
         let setup = match &r.setup {
             Setup::Ready(t) => format!("{t:.1} s"),
             Setup::Unavailable(why) => format!("unavailable: {}", why.replace('|', "/")),
@@ -105,11 +115,10 @@ pub fn markdown(a: &Args, rows: &[Row]) -> String {
         let _ = writeln!(out, "| {} | {services} | {setup} |", r.contender.name());
     }
     for path in Path::ALL {
-        let floors = [floor(rows, Contender::NoProxy, path), floor(rows, Contender::StaticDnat, path)];
         let _ = writeln!(out, "\n## {}\n", path.name());
         let _ = writeln!(
             out,
-            "Each cell: the value (the value divided by no proxy's / by static DNAT's). Gbit/s of \
+            "Each cell: the value (the value divided by no proxy's / by static DNAT's, at the same size). Gbit/s of \
              payload; CPU: seconds of busy CPU (all CPUs) per GB moved.\n"
         );
         let _ = writeln!(
@@ -119,7 +128,9 @@ pub fn markdown(a: &Args, rows: &[Row]) -> String {
         );
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for r in rows {
-            let services = r.services.map_or("(any)".to_string(), |n| n.to_string());
+            let services = r.services;
+            let floors =
+                [floor(rows, Contender::NoProxy, path, services), floor(rows, Contender::StaticDnat, path, services)];
             let m = measures(r, path);
             let ratios = !r.contender.is_floor() || r.contender == Contender::StaticDnat;
             let c = |get: &dyn Fn(&Measures) -> Result<f64, String>, fmt: fn(f64) -> String| {
@@ -152,7 +163,7 @@ pub fn markdown(a: &Args, rows: &[Row]) -> String {
 
 /// Two plots per path (connections/s, connect latency p50), one line per contender; the
 /// floors are dashed and flat. Returns file names and their SVG.
-pub fn plots(sizes: &[usize], rows: &[Row]) -> Vec<(String, String)> {
+pub fn plots(rows: &[Row]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for path in Path::ALL {
         for (what, label, get) in [
@@ -170,8 +181,7 @@ pub fn plots(sizes: &[usize], rows: &[Row]) -> Vec<(String, String)> {
                     .filter(|r| r.contender == c)
                     .flat_map(|r| {
                         let v = measures(r, path).and_then(get);
-                        let xs: Vec<usize> = r.services.map_or_else(|| sizes.to_vec(), |n| vec![n]);
-                        xs.into_iter().filter_map(move |x| v.map(|v| (x as f64, v)))
+                        v.map(|v| (r.services as f64, v))
                     })
                     .collect();
                 if !points.is_empty() {
