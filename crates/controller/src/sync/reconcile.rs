@@ -121,7 +121,8 @@ impl<K: Kernel> SyncLoop<K> {
             };
             phases.read += mark.elapsed();
             let current = current.map_err(SyncFailure::Read)?;
-            // Not read from the kernel: the table verdict last committed, taken as it is.
+            // Only a read of the kernel covers other programs' changes (not the table verdict
+            // last committed, taken as it is when nothing suggested drift).
             let from_kernel = current.as_ref().is_none_or(|c| c.generation.is_some());
             let mark = Instant::now();
             // The table as read (at a restart, all of it) goes into the plan, and is dropped
