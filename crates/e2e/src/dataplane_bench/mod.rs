@@ -161,21 +161,13 @@ fn contender(a: &Args, lab: &Lab, c: Contender, n: usize, round: usize) -> Resul
         Setup::Ready(s) => {
             eprintln!("{tag}: ready in {s:.1} s; measuring");
             for path in Path::ALL {
-                let to = match c {
-                    Contender::NoProxy => lab.first_server(path == Path::Remote),
-                    _ => lab.proxied_target(path, n),
-                };
-                let m = measure::path(lab, &a.bins, path, to, &a.settings);
+                let m = measure::path(lab, &a.bins, path, target(lab, c, path, n), &a.settings);
                 eprintln!("  {}: {m:?}", path.name());
                 paths.push((path, m));
             }
             if let Some(dir) = a.profile.as_ref().filter(|_| round == 0) {
-                let to = match c {
-                    Contender::NoProxy => lab.first_server(false),
-                    _ => lab.proxied_target(Path::Local, n),
-                };
                 let file = dir.join(format!("{}-{n}.perf.data", c.slug()));
-                match measure::profile(lab, &a.bins, to, &a.settings, &file) {
+                match measure::profile(lab, &a.bins, target(lab, c, Path::Local, n), &a.settings, &file) {
                     Ok(()) => eprintln!("  profiled: {}", file.display()),
                     Err(e) => eprintln!("  not profiled: {e:#}"),
                 }
@@ -183,6 +175,15 @@ fn contender(a: &Args, lab: &Lab, c: Contender, n: usize, round: usize) -> Resul
         }
     }
     Ok((setup, paths))
+}
+
+/// Where `c`'s load on `path` connects: the server pod itself without a proxy, else the
+/// Service.
+fn target(lab: &Lab, c: Contender, path: Path, n: usize) -> std::net::SocketAddr {
+    match c {
+        Contender::NoProxy => lab.first_server(path == Path::Remote),
+        _ => lab.proxied_target(path, n),
+    }
 }
 
 /// One round's measures of one contender, by path.
