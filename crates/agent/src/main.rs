@@ -73,7 +73,7 @@ fn main() -> ExitCode {
             config::RulesConfig::from_args(&a.rules).map(|(r, e)| (Some(Prepared::Rules(Box::new(r))), Some(e)))
         }
         Command::Run(a) => config::RunConfig::from_args(a).map(|(r, e)| (Some(Prepared::Run(Box::new(r))), Some(e))),
-        Command::Cleanup(_) | Command::Trace(_) => Ok((None, None)),
+        Command::Cleanup(_) | Command::RemoveLeftovers(_) | Command::Trace(_) => Ok((None, None)),
     };
     let (prepared, effective) = match effective {
         Ok(p) => p,
@@ -94,9 +94,10 @@ fn main() -> ExitCode {
             (Some(path), Some(e)) => config::write_config(e, path)
                 .map(|()| tracing::info!(file = %path.display(), "wrote the configuration"))
                 .map_err(|err| anyhow::anyhow!("--write-config-to {}: {err}", path.display())),
-            _ => commands::run::run(*cfg),
+            _ => commands::run::run(*cfg, cli.log_format),
         },
         (Command::Cleanup(args), _) => commands::cleanup::run(args),
+        (Command::RemoveLeftovers(args), _) => commands::leftovers::run(args),
         (Command::Trace(args), _) => commands::trace::run(args),
         _ => unreachable!("each command is prepared above"),
     };

@@ -38,8 +38,13 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the nft text of the table that would be programmed (no root, no kernel).
     Render(RenderArgs),
-    /// Delete verdict's table.
+    /// Delete verdict's table (never kube-proxy's rules): with `--after-kube-proxy`, only once
+    /// kube-proxy's rules serve what it serves (the way back to kube-proxy).
     Cleanup(CleanupArgs),
+    /// Remove what upstream kube-proxy programmed, in every mode (iptables chains, the
+    /// `ip`/`ip6 kube-proxy` tables, IPVS virtual servers, `kube-ipvs0`, ipsets). `verdict
+    /// run` starts it itself once its own table is in place.
+    RemoveLeftovers(RemoveLeftoversArgs),
     /// Say where a new connection ends in the table `run` would program (endpoints it may
     /// reach, masqueraded or not, DROP, REJECT, not handled) and which rules and map entries
     /// decide it. No root, no kernel.
@@ -146,14 +151,20 @@ pub struct RunArgs {
     /// Program the table once and exit: 0 on success, non-zero with the reason on failure.
     #[arg(long)]
     pub once: bool,
-    /// Remove verdict's table (and kube-proxy's) and exit.
+    /// Remove the proxy rules of every mode (verdict's table and kube-proxy's rules) and exit,
+    /// as `kube-proxy --cleanup` does.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub cleanup: Option<bool>,
-    /// At start, remove what upstream kube-proxy left behind in any mode (iptables KUBE-*
-    /// chains, the `ip`/`ip6 kube-proxy` tables, IPVS state), as kube-proxy does when it
-    /// switches modes.
+    /// Once verdict's table is in place (its first sync), remove what upstream kube-proxy
+    /// programmed in any mode (iptables KUBE-* chains, the `ip`/`ip6 kube-proxy` tables, IPVS
+    /// state), as kube-proxy does when it switches modes.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub cleanup_leftovers: bool,
+    /// How long kube-proxy's IPVS virtual servers and `kube-ipvs0` are kept, after verdict's
+    /// first sync, while IPVS still forwards connections of theirs (new connections are
+    /// verdict's at once); `0s` removes them with the rest.
+    #[arg(long, value_name = "DURATION", default_value = "15m")]
+    pub ipvs_drain_timeout: String,
     /// Where `/metrics` and `/proxyMode` are served (default 127.0.0.1:10249; empty: off;
     /// ignored with `--config`, as kube-proxy ignores it).
     #[arg(long, value_name = "IP:PORT")]
@@ -202,6 +213,39 @@ pub struct CleanupArgs {
     /// The nftables table (family inet) to delete.
     #[arg(long, value_name = "NAME", default_value = verdict_nft::ruleset::DEFAULT_TABLE)]
     pub table: String,
+    /// Wait until kube-proxy's rules (any mode) serve every Service address and NodePort
+    /// verdict's table serves, or serve some and have not changed for `--settle`, then delete
+    /// the table. The way back to kube-proxy: run it beside the restored kube-proxy.
+    #[arg(long)]
+    pub after_kube_proxy: bool,
+    /// With `--after-kube-proxy`: how long kube-proxy's rules must stay unchanged before the
+    /// addresses they still lack count as Services deleted since verdict stopped.
+    #[arg(long, value_name = "DURATION", default_value = "1m")]
+    pub settle: String,
+    /// With `--after-kube-proxy`: give up after this long (exit 1, the table kept); default:
+    /// wait as long as it takes.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Once done, keep running until signalled (for a container that must not exit).
+    #[arg(long)]
+    pub keep_running: bool,
+    /// Change nothing: exit 0 when the table is absent, 1 when it exists (a readiness probe).
+    #[arg(long, conflicts_with_all = ["after_kube_proxy", "keep_running"])]
+    pub check: bool,
+}
+
+/// `verdict remove-leftovers`.
+#[derive(Debug, Args)]
+pub struct RemoveLeftoversArgs {
+    /// Wait for a line on stdin before removing anything; end of input first removes nothing.
+    /// `verdict run` starts this command so and writes the line after its first sync.
+    #[arg(long)]
+    pub wait_for_stdin: bool,
+    /// How long kube-proxy's IPVS virtual servers and `kube-ipvs0` are kept while IPVS still
+    /// forwards connections of theirs (`0s`: at once). With `--wait-for-stdin`, end of input
+    /// ends the wait and keeps them.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub ipvs_drain_timeout: String,
 }
 
 /// `verdict explain`.

@@ -2,6 +2,8 @@
 
 pub mod cleanup;
 pub mod explain;
+pub mod handback;
+pub mod leftovers;
 pub mod render;
 pub mod run;
 pub mod setup;

@@ -45,7 +45,7 @@ enum Stop {
 }
 
 /// Runs the agent until SIGTERM/SIGINT (rules stay in place) or, with `--once`, one sync.
-pub fn run(mut cfg: RunConfig) -> Result<()> {
+pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> {
     if cfg.action == Action::InitOnly {
         // Upstream's split: a privileged init container writes what needs full root.
         // As upstream, a setting that could not be written fails the init container, so the
@@ -62,16 +62,22 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
     }
     crate::privileges::ensure_net_admin()?;
     if cfg.action == Action::Cleanup {
-        return super::cleanup::remove(&cfg.rules.table);
+        return super::cleanup::remove_all(&cfg.rules.table);
     }
     super::setup::announce(&cfg);
     if !cfg.once {
         super::setup::conntrack(&cfg.settings.conntrack);
         super::setup::oom_score_adj(cfg.settings.oom_score_adj);
     }
-    if cfg.cleanup_leftovers {
-        super::cleanup::log_leftovers(&verdict_controller::leftovers::remove_leftovers());
-    }
+    // Started while the agent still has what removing them takes; told to go after the first
+    // sync, so that kube-proxy's rules serve until verdict's do (see commands::leftovers).
+    let mut removal = match cfg.cleanup_leftovers {
+        true => {
+            let drain = if cfg.once { Duration::ZERO } else { cfg.ipvs_drain_timeout };
+            Some(super::leftovers::PendingRemoval::start(&format!("{}ms", drain.as_millis()), log_format)?)
+        }
+        false => None,
+    };
     // Before the first thread: capabilities are per thread.
     crate::privileges::drop_after_start()?;
     crate::memory::return_freed_memory();
@@ -104,6 +110,7 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         defer_chain_deletion,
         state_dir: cfg.state_dir.clone(),
         fast_path: cfg.rules.fast_path.is_some() && fast_path_supported(&mut nl, &cfg.rules.table),
+        replacing_kube_proxy: removal.as_ref().map(|r| r.replacing.clone()),
         ..SyncConfig::default()
     };
     let fast_path_on = sync_cfg.fast_path;
@@ -124,6 +131,13 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
             .with_memory_release(crate::memory::release_freed_memory);
         if cfg.rules.proxy.service_counters.enabled() {
             sync_loop = sync_loop.with_after_sync(CountedKeysPublisher(counted_keys));
+        }
+        if let Some(removal) = removal.take() {
+            sync_loop = sync_loop.with_after_sync(RemoveAfterFirstSync {
+                removal: Some(removal),
+                events: tx.clone(),
+                pipe: None,
+            });
         }
         match verdict_controller::drift::watch_table(&cfg.rules.table, tx.clone()) {
             Ok(gate) => sync_loop = sync_loop.with_monitor(gate),
@@ -198,7 +212,8 @@ pub fn run(mut cfg: RunConfig) -> Result<()> {
         };
     }
     match syncer.join() {
-        Ok(Ok(())) => Ok(()),
+        // `--once`: kube-proxy's rules go once verdict's table is in place.
+        Ok(Ok(())) => removal.map_or(Ok(()), |r| r.go_and_wait()),
         Ok(Err(e)) => Err(anyhow!(e)),
         Err(_) => Err(anyhow!("the sync loop panicked")),
     }
@@ -283,4 +298,26 @@ fn fast_path_supported(nl: &mut Netlink, table: &str) -> bool {
     }
     metrics::gauge!(m::FAST_PATH_UNAVAILABLE).set(if supported { 0.0 } else { 1.0 });
     supported
+}
+
+/// Tells the remover of kube-proxy's rules to go after the first successful sync (every
+/// Service programmed), then has the sync loop look for other proxies again once it is done.
+struct RemoveAfterFirstSync {
+    removal: Option<super::leftovers::PendingRemoval>,
+    events: std::sync::mpsc::SyncSender<verdict_controller::event::Event>,
+    /// The remover's stdin, open for the agent's life: closing it tells the remover the agent
+    /// stopped.
+    pipe: Option<std::process::ChildStdin>,
+}
+
+impl verdict_controller::sync::AfterSync for RemoveAfterFirstSync {
+    fn after_sync(&mut self, _: &verdict_model::ProxyModel, _: bool, _: &[verdict_model::PortChange]) {
+        if let Some(removal) = self.removal.take() {
+            tracing::info!("verdict's table is in place: removing kube-proxy's rules");
+            let events = self.events.clone();
+            self.pipe = Some(removal.go(move || {
+                let _ = events.send(verdict_controller::event::Event::OtherTablesChanged);
+            }));
+        }
+    }
 }

@@ -285,8 +285,10 @@ pub struct RunConfig {
     pub action: Action,
     /// Exit after the first sync.
     pub once: bool,
-    /// Remove upstream kube-proxy's leftovers at start.
+    /// Remove upstream kube-proxy's leftovers once the table is in place.
     pub cleanup_leftovers: bool,
+    /// How long kube-proxy's IPVS virtual servers are kept while IPVS forwards connections.
+    pub ipvs_drain_timeout: Duration,
     /// `/metrics`, `/proxyMode`.
     pub metrics_addr: Option<SocketAddr>,
     /// `/healthz`, `/livez`.
@@ -372,6 +374,7 @@ impl RunConfig {
         if service_counters_period.is_zero() {
             return Err(bad("--service-counters-period must be greater than 0"));
         }
+        let ipvs_drain_timeout = own_duration("ipvs-drain-timeout", &args.ipvs_drain_timeout)?;
         let action = match (args.cleanup == Some(true), args.upstream.init_only == Some(true)) {
             (true, true) => return Err(bad("--cleanup and --init-only cannot be combined")),
             (true, false) => Action::Cleanup,
@@ -407,6 +410,7 @@ impl RunConfig {
             action,
             once: args.once,
             cleanup_leftovers: args.cleanup_leftovers,
+            ipvs_drain_timeout,
             metrics_addr: s.metrics,
             healthz_addr: s.healthz,
             min_sync_period,

@@ -152,7 +152,7 @@ pub(crate) fn parse_save(text: &str) -> Result<Vec<SavedTable>, SaveParseError> 
 
 /// Splits a rule spec into words as iptables-restore does (double quotes group, backslash
 /// escapes inside quotes); each word says whether it was quoted.
-fn words(spec: &str) -> Vec<(String, bool)> {
+pub(crate) fn words(spec: &str) -> Vec<(String, bool)> {
     let mut out = Vec::new();
     let mut word = String::new();
     let (mut in_word, mut quoted, mut was_quoted) = (false, false, false);
@@ -342,26 +342,46 @@ pub(crate) fn remove_iptables_leftovers(report: &mut LeftoverReport) {
     }
 }
 
-fn clean_backend(backend: Backend, report: &mut LeftoverReport) {
+/// The tables `*-save` of a backend prints, or `None` when the backend is not installed or
+/// holds no table verdict looks at (a legacy back end with none loaded in this namespace).
+fn read_backend(backend: &Backend) -> Option<Result<Vec<SavedTable>, String>> {
     let label = backend.label;
-    let (Some(save), Some(restore)) = (find_program(backend.save), find_program(backend.restore)) else {
-        tracing::debug!(backend = label, "{} or {} not installed: skipped", backend.save, backend.restore);
-        return;
+    let Some(save) = find_program(backend.save) else {
+        tracing::debug!(backend = label, "{} not installed: skipped", backend.save);
+        return None;
     };
     if let Some(list) = backend.legacy_tables {
         let tables = std::fs::read_to_string(list).unwrap_or_default();
         if !tables.lines().any(|t| TABLES.contains(&t.trim())) {
             tracing::debug!(backend = label, "no legacy nat, filter or mangle table in this namespace: skipped");
-            return;
+            return None;
         }
     }
     let saved = match run(&save, &[], None) {
         Ok(text) => text,
-        Err(e) => return report.failed(format!("{label}: {e}")),
+        Err(e) => return Some(Err(format!("{label}: {e}"))),
     };
-    let tables = match parse_save(&saved) {
-        Ok(tables) => tables,
-        Err(e) => return report.failed(format!("{label}: {e}")),
+    Some(parse_save(&saved).map_err(|e| format!("{label}: {e}")))
+}
+
+/// The saved tables of every iptables back end installed that holds any, by label.
+pub(crate) fn saved_by_backend() -> Vec<(&'static str, Result<Vec<SavedTable>, String>)> {
+    backends(|name| find_program(name).is_some())
+        .into_iter()
+        .filter_map(|b| read_backend(&b).map(|saved| (b.label, saved)))
+        .collect()
+}
+
+fn clean_backend(backend: Backend, report: &mut LeftoverReport) {
+    let label = backend.label;
+    let Some(restore) = find_program(backend.restore) else {
+        tracing::debug!(backend = label, "{} not installed: skipped", backend.restore);
+        return;
+    };
+    let tables = match read_backend(&backend) {
+        None => return,
+        Some(Ok(tables)) => tables,
+        Some(Err(e)) => return report.failed(e),
     };
     for table in tables.iter().filter(|t| TABLES.contains(&t.name.as_str())) {
         let plan = plan_table(table);

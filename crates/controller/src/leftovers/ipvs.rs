@@ -4,6 +4,7 @@
 use super::netlink::{self, RequestError, Socket};
 use super::{LeftoverReport, find_program, run};
 use nix::errno::Errno;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// The link kube-proxy's ipvs mode binds service addresses to.
@@ -59,7 +60,7 @@ impl IpvsModeTraces {
 
 /// Looks at this network namespace for kube-proxy's IPVS mode. A trace that cannot be read
 /// counts as absent: IPVS is left alone unless kube-proxy's mode is seen.
-fn ipvs_mode_traces() -> IpvsModeTraces {
+pub(crate) fn traces() -> IpvsModeTraces {
     let link = match link_exists(IPVS_LINK) {
         Ok(exists) => exists,
         Err(e) => {
@@ -88,14 +89,11 @@ fn link_exists(name: &str) -> Result<bool, RequestError> {
 }
 
 /// Flushes every IPVS virtual server (NodePort ones included, as kube-proxy's own cleanup
-/// does), but only where kube-proxy's IPVS mode ran: otherwise they are another program's
-/// (kube-vip, keepalived...) and stay. Only when the `ip_vs` module is loaded (its
-/// generic-netlink family exists); unlike upstream, the module is never loaded for this.
-pub(crate) fn flush_virtual_servers(report: &mut LeftoverReport) {
-    flush_if_kube_proxy_ran(report, &ipvs_mode_traces());
-}
-
-fn flush_if_kube_proxy_ran(report: &mut LeftoverReport, traces: &IpvsModeTraces) {
+/// does), but only where kube-proxy's IPVS mode ran (`traces`, read before its ipsets were
+/// destroyed): otherwise they are another program's (kube-vip, keepalived...) and stay. Only
+/// when the `ip_vs` module is loaded (its generic-netlink family exists); unlike upstream, the
+/// module is never loaded for this.
+pub(crate) fn flush_if_kube_proxy_ran(report: &mut LeftoverReport, traces: &IpvsModeTraces) {
     if !traces.kube_proxy_ran() {
         tracing::debug!(
             "no {IPVS_LINK} link and no kube-proxy ipsets: kube-proxy's IPVS mode did not run here, IPVS left alone"
@@ -114,14 +112,7 @@ fn flush_if_kube_proxy_ran(report: &mut LeftoverReport, traces: &IpvsModeTraces)
 /// `None` when IPVS is absent, else how many virtual servers were flushed.
 fn flush_ipvs() -> Result<Option<usize>, RequestError> {
     let mut sock = Socket::open(mnl::Bus::Generic)?;
-    let seq = sock.next_seq();
-    let family = match sock.request(&netlink::get_family(seq, netlink::IPVS_FAMILY), seq) {
-        Ok(replies) => {
-            replies.iter().find_map(|r| netlink::family_id(r)).ok_or(RequestError::Kernel(Errno::EBADMSG))?
-        }
-        Err(RequestError::Kernel(Errno::ENOENT)) => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    let Some(family) = ipvs_family(&mut sock)? else { return Ok(None) };
     let seq = sock.next_seq();
     let services = sock.request(&netlink::ipvs_dump_services(seq, family), seq)?.len();
     if services > 0 {
@@ -129,6 +120,68 @@ fn flush_ipvs() -> Result<Option<usize>, RequestError> {
         sock.request(&netlink::ipvs_flush(seq, family), seq)?;
     }
     Ok(Some(services))
+}
+
+/// The IPVS generic-netlink family's id, `None` when IPVS is not loaded.
+fn ipvs_family(sock: &mut Socket) -> Result<Option<u16>, RequestError> {
+    let seq = sock.next_seq();
+    match sock.request(&netlink::get_family(seq, netlink::IPVS_FAMILY), seq) {
+        Ok(replies) => {
+            replies.iter().find_map(|r| netlink::family_id(r)).map(Some).ok_or(RequestError::Kernel(Errno::EBADMSG))
+        }
+        Err(RequestError::Kernel(Errno::ENOENT)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// One IPVS virtual server: address, IP protocol number, port.
+pub(crate) type VirtualServer = (IpAddr, u8, u16);
+
+/// The virtual servers IPVS holds (firewall-mark ones left out: kube-proxy makes none), or
+/// `None` when IPVS is not loaded.
+pub(crate) fn virtual_servers() -> Result<Option<Vec<VirtualServer>>, RequestError> {
+    let mut sock = Socket::open(mnl::Bus::Generic)?;
+    let Some(family) = ipvs_family(&mut sock)? else { return Ok(None) };
+    let seq = sock.next_seq();
+    let replies = sock.request(&netlink::ipvs_dump_services(seq, family), seq)?;
+    Ok(Some(replies.iter().filter_map(|r| parse_virtual_server(r)).collect()))
+}
+
+/// A GET_SERVICE reply payload (genl header, then the nested service attributes).
+fn parse_virtual_server(payload: &[u8]) -> Option<VirtualServer> {
+    use verdict_netlink::consts::*;
+    let service = verdict_netlink::Attrs::new(payload.get(4..)?).find_type(IPVS_CMD_ATTR_SERVICE)?;
+    let attrs = service.nested();
+    let af = attrs.clone().find_type(IPVS_SVC_ATTR_AF)?;
+    let af = u16::from_ne_bytes([*af.payload.first()?, *af.payload.get(1)?]);
+    let proto = attrs.clone().find_type(IPVS_SVC_ATTR_PROTOCOL)?;
+    let proto = u16::from_ne_bytes([*proto.payload.first()?, *proto.payload.get(1)?]);
+    let addr = attrs.clone().find_type(IPVS_SVC_ATTR_ADDR)?.payload;
+    let port = attrs.find_type(IPVS_SVC_ATTR_PORT)?.be16().ok()?;
+    let addr = match i32::from(af) {
+        nix::libc::AF_INET => IpAddr::from(<[u8; 4]>::try_from(addr.get(..4)?).ok()?),
+        nix::libc::AF_INET6 => IpAddr::from(<[u8; 16]>::try_from(addr.get(..16)?).ok()?),
+        _ => return None,
+    };
+    Some((addr, u8::try_from(proto).ok()?, port))
+}
+
+/// The connections IPVS still forwards, from `/proc/net/ip_vs_conn`: TCP connections not yet
+/// closing, and every UDP and SCTP entry (IPVS keeps a UDP flow's entry while datagrams come,
+/// and for its timeout after). Persistence templates (state `NONE`) are not connections.
+pub(crate) fn forwarded_connections(listing: &str) -> usize {
+    const ENDED: &[&str] = &["NONE", "TIME_WAIT", "CLOSE", "CLOSE_WAIT", "LAST_ACK", "FIN_WAIT", "CLOSED"];
+    listing
+        .lines()
+        .skip_while(|l| l.starts_with("Pro "))
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|state| !ENDED.contains(state))
+        .count()
+}
+
+/// What IPVS forwards now in this namespace; `None` when IPVS is not loaded.
+pub(crate) fn forwarded_now() -> Option<usize> {
+    std::fs::read_to_string("/proc/thread-self/net/ip_vs_conn").ok().map(|l| forwarded_connections(&l))
 }
 
 /// The ipsets kube-proxy's ipvs mode creates (current and older releases), IPv4 names.

@@ -23,10 +23,12 @@
 mod iptables;
 mod ipvs;
 pub(crate) mod netlink;
+pub mod serving;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 use verdict_nft::netlink::{Netlink, TableFamily};
 
 /// What [`remove_leftovers`] removed and what it could not remove.
@@ -52,34 +54,109 @@ impl LeftoverReport {
 }
 
 /// Removes upstream kube-proxy's leftovers (nftables, iptables and ipvs modes) from the calling
-/// thread's network namespace. Never panics: each failure is one line of
-/// [`LeftoverReport::failed`], and everything else is still attempted. Running it again when
-/// nothing is left removes nothing.
+/// thread's network namespace, all at once (`kube-proxy --cleanup`). Never panics: each
+/// failure is one line of [`LeftoverReport::failed`], and everything else is still attempted.
+/// Running it again when nothing is left removes nothing.
 pub fn remove_leftovers() -> LeftoverReport {
+    remove_leftovers_draining(None)
+}
+
+/// How kube-proxy's IPVS virtual servers are taken down when its IPVS mode ran here: only
+/// once IPVS forwards none of their connections any more, or after `bound`.
+///
+/// New connections are verdict's from its first sync (its DNAT runs at prerouting, before
+/// IPVS sees a packet to a local address), but a connection IPVS already forwards has its own
+/// conntrack entry and reaches IPVS through `kube-ipvs0`'s addresses: deleting either would
+/// stall or reset it.
+pub struct IpvsDrain<'a> {
+    /// The longest wait; `Duration::ZERO` removes them at once.
+    pub bound: Duration,
+    /// How often IPVS's connections are counted.
+    pub poll: Duration,
+    /// Waits up to the given time; `false` ends the wait early and keeps IPVS as it is (the
+    /// agent stopped: the next one drains again).
+    pub wait: &'a mut dyn FnMut(Duration) -> bool,
+}
+
+/// Removes upstream kube-proxy's leftovers, IPVS last: the nftables tables, the iptables rules
+/// and the ipsets go at once; the IPVS virtual servers and `kube-ipvs0` after `drain` (when
+/// given). What it does and why is logged; failures are collected as in [`remove_leftovers`].
+pub fn remove_leftovers_draining(drain: Option<IpvsDrain<'_>>) -> LeftoverReport {
+    // Read before the ipsets go: they are one of the traces of kube-proxy's IPVS mode.
+    let traces = ipvs::traces();
     let mut report = LeftoverReport::default();
-    let steps: [(&str, Step); 5] = [
-        ("nftables tables", remove_nft_tables),
-        ("iptables rules", iptables::remove_iptables_leftovers),
-        ("ipvs virtual servers", ipvs::flush_virtual_servers),
-        ("ipvs link", ipvs::delete_ipvs_link),
-        ("ipsets", ipvs::destroy_ipsets),
+    let steps: [(&str, &Step<'_>); 3] = [
+        ("nftables tables", &remove_nft_tables),
+        ("iptables rules", &iptables::remove_iptables_leftovers),
+        ("ipsets", &ipvs::destroy_ipsets),
     ];
     for (what, step) in steps {
-        // A bug in one step must not stop the agent from starting, nor the other steps.
-        let mut part = LeftoverReport::default();
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(&mut part)));
-        report.removed.append(&mut part.removed);
-        report.failed.append(&mut part.failed);
-        if outcome.is_err() {
-            report.failed(format!("{what}: cleanup panicked (a bug in verdict)"));
-        }
+        guarded(&mut report, what, step);
     }
+    if traces.kube_proxy_ran()
+        && let Some(drain) = drain
+        && !drain_ipvs(drain)
+    {
+        tracing::info!(
+            "stopped waiting for IPVS's connections: kube-proxy's virtual servers and {} kept for the next start",
+            ipvs::IPVS_LINK
+        );
+        return report;
+    }
+    guarded(&mut report, "ipvs virtual servers", &|r| ipvs::flush_if_kube_proxy_ran(r, &traces));
+    guarded(&mut report, "ipvs link", &ipvs::delete_ipvs_link);
     tracing::debug!(removed = report.removed.len(), failed = report.failed.len(), "kube-proxy leftovers done");
     report
 }
 
 /// One kind of leftover: removes what it finds, reporting into the report.
-type Step = fn(&mut LeftoverReport);
+type Step<'a> = dyn Fn(&mut LeftoverReport) + 'a;
+
+/// Runs one step; a bug in it must not stop the agent from starting, nor the other steps.
+fn guarded(report: &mut LeftoverReport, what: &str, step: &Step<'_>) {
+    let mut part = LeftoverReport::default();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(&mut part)));
+    report.removed.append(&mut part.removed);
+    report.failed.append(&mut part.failed);
+    if outcome.is_err() {
+        report.failed(format!("{what}: cleanup panicked (a bug in verdict)"));
+    }
+}
+
+/// Waits while IPVS forwards connections, up to the bound. `false`: the wait was ended early.
+fn drain_ipvs(drain: IpvsDrain<'_>) -> bool {
+    const SAY_EVERY: Duration = Duration::from_secs(30);
+    let started = Instant::now();
+    let mut said = None::<Instant>;
+    loop {
+        let forwarded = ipvs::forwarded_now().unwrap_or(0);
+        if forwarded == 0 {
+            tracing::info!(waited = ?started.elapsed(), "IPVS forwards no connection: removing kube-proxy's virtual servers");
+            return true;
+        }
+        let waited = started.elapsed();
+        if waited >= drain.bound {
+            tracing::warn!(
+                forwarded,
+                bound = ?drain.bound,
+                "IPVS still forwards connections at the end of the wait: removing kube-proxy's virtual servers; these connections end"
+            );
+            return true;
+        }
+        if said.is_none_or(|t| t.elapsed() >= SAY_EVERY) {
+            said = Some(Instant::now());
+            tracing::info!(
+                forwarded,
+                left = ?drain.bound - waited,
+                "IPVS still forwards connections of kube-proxy's virtual servers: keeping them and {} until these end (new connections are verdict's)",
+                ipvs::IPVS_LINK
+            );
+        }
+        if !(drain.wait)(drain.poll.min(drain.bound - waited)) {
+            return false;
+        }
+    }
+}
 
 /// Upstream's nftables mode: `ip kube-proxy` and `ip6 kube-proxy`.
 fn remove_nft_tables(report: &mut LeftoverReport) {

@@ -63,6 +63,10 @@ pub struct SyncConfig {
     /// The opt-in fast path: the table gets a flowtable that established Service connections
     /// are offloaded to, holding the devices [`Event::FastPathDevices`] names.
     pub fast_path: bool,
+    /// Set while kube-proxy's rules are still in place because verdict removes them only after
+    /// its own first sync: until then they are the proxy being replaced, not another proxy on
+    /// the node (see [`crate::foreign_proxy`]), and are not reported as one.
+    pub replacing_kube_proxy: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for SyncConfig {
@@ -77,6 +81,7 @@ impl Default for SyncConfig {
             state_dir: None,
             release_before_objects: RELEASE_BEFORE_OBJECTS,
             fast_path: false,
+            replacing_kube_proxy: None,
         }
     }
 }

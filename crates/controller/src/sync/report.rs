@@ -11,7 +11,12 @@ impl<K: Kernel> SyncLoop<K> {
         match crate::firewalls::problems(&mut self.nl, &self.cfg.table, &node) {
             Ok(mut found) => {
                 metrics::gauge!(m::FOREIGN_DROP_CHAINS).set(found.len() as f64);
-                found.extend(crate::foreign_proxy::problems(&mut self.nl, &node, &self.firewall_problems));
+                let replacing = self.cfg.replacing_kube_proxy.as_ref();
+                if replacing.is_some_and(|r| r.load(std::sync::atomic::Ordering::Acquire)) {
+                    tracing::debug!("kube-proxy's rules are being replaced: not reported as another proxy");
+                } else {
+                    found.extend(crate::foreign_proxy::problems(&mut self.nl, &node, &self.firewall_problems));
+                }
                 if found != self.firewall_problems {
                     self.firewall_problems = found;
                     self.publish_problems();

@@ -75,6 +75,46 @@ impl Netlink {
     }
 }
 
+impl Netlink {
+    /// The keys of set (or map) `set` in table `family table`, as the kernel holds them (each
+    /// concatenation component padded to 4 bytes): how the other proxy's dispatch maps are
+    /// read when verdict's table is handed back to kube-proxy. A table or set that does not
+    /// exist has no keys.
+    pub fn foreign_set_keys(
+        &mut self,
+        family: TableFamily,
+        table: &str,
+        set: &str,
+    ) -> Result<Vec<Vec<u8>>, NetlinkError> {
+        let seq = self.next_seq(1);
+        let mut buf = Vec::new();
+        let kind = nfnl_msg_type(NFNL_SUBSYS_NFTABLES, NFT_MSG_GETSETELEM);
+        let mut w = Writer::nfnetlink(&mut buf, kind, NLM_F_DUMP, seq, family.number(), 0);
+        w.put_strz(NFTA_SET_ELEM_LIST_TABLE, table);
+        w.put_strz(NFTA_SET_ELEM_LIST_SET, set);
+        w.finish();
+        let replies = self.exchange(seq, &buf)?;
+        Ok(replies.iter().flat_map(|msg| element_keys(super::firewalls::payload(msg))).collect())
+    }
+}
+
+/// The keys of the elements of one element-list message's attributes.
+fn element_keys(payload: &[u8]) -> Vec<Vec<u8>> {
+    use super::firewalls::attrs;
+    let mut keys = Vec::new();
+    for (kind, list) in attrs(payload) {
+        if kind != NFTA_SET_ELEM_LIST_ELEMENTS {
+            continue;
+        }
+        for (_, elem) in attrs(list).filter(|(k, _)| *k == NFTA_LIST_ELEM) {
+            for (_, key) in attrs(elem).filter(|(k, _)| *k == NFTA_SET_ELEM_KEY) {
+                keys.extend(attrs(key).filter(|(k, _)| *k == NFTA_DATA_VALUE).map(|(_, v)| v.to_vec()));
+            }
+        }
+    }
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
