@@ -19,6 +19,7 @@ pub mod privilege;
 pub mod probe;
 pub mod probe_cli;
 pub mod scenario;
+pub mod steady;
 pub mod topology;
 
 pub use verdict_model::synth;
