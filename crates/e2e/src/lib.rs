@@ -21,5 +21,6 @@ pub mod probe_cli;
 pub mod scenario;
 pub mod steady;
 pub mod topology;
+pub mod upstream_proxy;
 
 pub use verdict_model::synth;
