@@ -12,8 +12,10 @@
 //! - UDP flows (3) from fixed source ports, a datagram every 100 ms; the gaps between answers
 //!   and every change of the answering pod are recorded.
 //!
-//! The targets must lead to echo servers' session port ([`crate::topology::SESSION_PORT`]),
-//! which keeps connections open and answers every line. [`Steady::stop`] returns a
+//! The TCP targets must lead to the echo servers' session port
+//! ([`crate::topology::SESSION_PORT`]), which keeps connections open and answers every line
+//! (on their other ports the server answers once and closes: new connections and UDP flows
+//! work there too, long-lived connections do not). [`Steady::stop`] returns a
 //! [`Summary`]; [`Summary::disruptions`] is empty when nothing was disrupted.
 //!
 //! ```no_run
