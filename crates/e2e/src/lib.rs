@@ -19,6 +19,8 @@ pub mod privilege;
 pub mod probe;
 pub mod probe_cli;
 pub mod scenario;
+pub mod steady;
 pub mod topology;
+pub mod upstream_proxy;
 
 pub use verdict_model::synth;

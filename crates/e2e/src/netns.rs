@@ -145,6 +145,24 @@ pub fn enter<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// Starts a thread that enters the namespace named `name` (or stays in the current one when
+/// `name` is `None`) and runs `f` there; for long-running workers, such as the steady-traffic
+/// harness's. Fails (on the thread) if the namespace cannot be entered.
+pub fn spawn_in<T: Send + 'static>(
+    name: Option<&str>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<Result<T>> {
+    let path = name.map(|n| format!("/run/netns/{n}"));
+    std::thread::spawn(move || {
+        if let Some(path) = path {
+            let file = File::open(&path).with_context(|| format!("open {path}"))?;
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .with_context(|| format!("setns into {path}"))?;
+        }
+        Ok(f())
+    })
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         for child in &mut self.children {

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 pub const ECHO_PORT: u16 = 8080;
 /// A second echo port, for Services with a second port.
 pub const ECHO_PORT_2: u16 = 9090;
+/// The port where the echo servers keep TCP connections open and answer every line (and answer
+/// UDP as on the others): the steady-traffic harness's port ([`crate::steady`]).
+pub const SESSION_PORT: u16 = 7070;
 
 /// One pod: a namespace on a node's bridge running the echo server.
 #[derive(Debug)]
@@ -196,10 +199,21 @@ fn build_node(tag: &str, ns: Netns, lan: &Netns, i: u8, count: u8, pod_names: &[
         pod_ns.ip(&["route", "add", "default", "via", &bridge_v4.to_string()])?;
         pod_ns.ip(&["-6", "route", "add", "default", "via", &bridge_v6.to_string()])?;
         let echo = echo.to_str().context("echo path is not UTF-8")?;
-        pod_ns.spawn(&[echo, name, &ECHO_PORT.to_string(), &ECHO_PORT_2.to_string()])?;
+        let cmd = echo_command(echo, name);
+        pod_ns.spawn(&cmd.iter().map(String::as_str).collect::<Vec<_>>())?;
         pods.push(Pod { name: name.to_string(), ns: pod_ns, ipv4: pv4, ipv6: pv6 });
     }
     Ok(Node { index: i, name: format!("node{i}"), ns, ipv4, ipv6, bridge_v4, bridge_v6, pods })
+}
+
+/// The echo server's command line for pod `name`.
+fn echo_command(echo: &str, name: &str) -> Vec<String> {
+    [echo, name]
+        .into_iter()
+        .map(String::from)
+        .chain([ECHO_PORT, ECHO_PORT_2].map(|p| p.to_string()))
+        .chain(["--sessions".into(), SESSION_PORT.to_string()])
+        .collect()
 }
 
 impl Cluster {
@@ -246,7 +260,8 @@ impl Cluster {
     pub fn start_pod(&mut self, name: &str, echo: &Path) -> Result<()> {
         let pod = self.nodes.iter_mut().flat_map(|n| &mut n.pods).find(|p| p.name == name).context("no such pod")?;
         let echo = echo.to_str().context("echo path is not UTF-8")?;
-        pod.ns.spawn(&[echo, name, &ECHO_PORT.to_string(), &ECHO_PORT_2.to_string()])?;
+        let cmd = echo_command(echo, name);
+        pod.ns.spawn(&cmd.iter().map(String::as_str).collect::<Vec<_>>())?;
         Ok(())
     }
 

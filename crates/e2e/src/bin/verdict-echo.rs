@@ -2,8 +2,12 @@
 //! `<name> peer=<source address>:<source port>`, so a test sees which backend answered and
 //! whether the source was masqueraded.
 //!
-//! Usage: verdict-echo NAME PORT [PORT...]   (each port is served over TCP, UDP and SCTP, on
-//! IPv4 and IPv6)
+//! Usage: verdict-echo NAME PORT [PORT...] [--sessions PORT]
+//!          each PORT is served over TCP, UDP and SCTP, on IPv4 and IPv6: a TCP connection
+//!          gets its one line at once and is closed;
+//!          the `--sessions` port is served over TCP and UDP: a TCP connection stays open and
+//!          every line the client sends is answered with one line, until the client closes
+//!          (the steady-traffic harness's long-lived connections, `verdict_e2e::steady`)
 //!        verdict-echo probe IP:PORT [...]    (the client side, see `verdict_e2e::probe_cli`)
 
 use std::io::Write;
@@ -20,17 +24,21 @@ fn main() {
         return;
     }
     if args.len() < 3 {
-        eprintln!("usage: verdict-echo NAME PORT [PORT...]");
+        eprintln!("usage: verdict-echo NAME PORT [PORT...] [--sessions PORT]");
         std::process::exit(64);
     }
     let name = args[1].clone();
+    let (mut ports, mut sessions) = (Vec::new(), Vec::new());
+    let mut rest = args[2..].iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--sessions" => sessions.push(port_arg(rest.next().map_or("(missing)", String::as_str))),
+            port => ports.push(port_arg(port)),
+        }
+    }
     let mut handles = Vec::new();
-    for port in &args[2..] {
-        let port: u16 = port.parse().unwrap_or_else(|_| {
-            eprintln!("verdict-echo: {port:?} is not a port");
-            std::process::exit(64)
-        });
-        for ip in [std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), std::net::IpAddr::V6(Ipv6Addr::UNSPECIFIED)] {
+    for ip in [std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), std::net::IpAddr::V6(Ipv6Addr::UNSPECIFIED)] {
+        for &port in &ports {
             let addr = SocketAddr::new(ip, port);
             handles.push(serve_tcp(name.clone(), addr));
             handles.push(serve_udp(name.clone(), addr));
@@ -38,10 +46,22 @@ fn main() {
                 handles.push(h);
             }
         }
+        for &port in &sessions {
+            let addr = SocketAddr::new(ip, port);
+            handles.push(serve_sessions(name.clone(), addr));
+            handles.push(serve_udp(name.clone(), addr));
+        }
     }
     for h in handles {
         let _ = h.join();
     }
+}
+
+fn port_arg(arg: &str) -> u16 {
+    arg.parse().unwrap_or_else(|_| {
+        eprintln!("verdict-echo: {arg:?} is not a port");
+        std::process::exit(64)
+    })
 }
 
 fn v6only(addr: &SocketAddr) -> socket2::Socket {
@@ -66,6 +86,37 @@ fn serve_tcp(name: String, addr: SocketAddr) -> thread::JoinHandle<()> {
             let _ = writeln!(conn, "{name} peer={}", bare(&peer));
         }
     })
+}
+
+/// Long-lived connections: each on a thread of its own, every line read answered with one
+/// line, closed when the client closes (or resets).
+fn serve_sessions(name: String, addr: SocketAddr) -> thread::JoinHandle<()> {
+    let s = v6only(&addr);
+    s.set_reuse_address(true).expect("SO_REUSEADDR");
+    s.bind(&addr.into()).unwrap_or_else(|e| panic!("bind tcp {addr}: {e}"));
+    s.listen(1024).expect("listen");
+    let listener: TcpListener = s.into();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let name = name.clone();
+            thread::spawn(move || session(&name, conn));
+        }
+    })
+}
+
+fn session(name: &str, conn: std::net::TcpStream) {
+    use std::io::BufRead;
+    let peer = conn.peer_addr().map(|p| p.to_string()).unwrap_or_default();
+    let reply = format!("{name} peer={}\n", bare(&peer));
+    let Ok(mut writer) = conn.try_clone() else { return };
+    let mut reader = std::io::BufReader::new(conn);
+    let mut line = String::new();
+    while matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
+        if writer.write_all(reply.as_bytes()).is_err() {
+            break;
+        }
+        line.clear();
+    }
 }
 
 fn serve_udp(name: String, addr: SocketAddr) -> thread::JoinHandle<()> {

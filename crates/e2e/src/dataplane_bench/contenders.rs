@@ -2,9 +2,8 @@
 //! verdict's table, kube-proxy's iptables ruleset (over nf_tables and legacy x_tables), and a
 //! slot for verdict with a flowtable fast path.
 
-use super::kubeproxy;
 use super::lab::{Lab, NODE_PORT_LOCAL, SERVICE_PORT};
-use crate::dataplane;
+use crate::{dataplane, upstream_proxy};
 use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -111,7 +110,8 @@ pub fn setup(c: Contender, lab: &Lab, services: usize, endpoints: usize, budget:
         }
         Contender::IptablesNft | Contender::IptablesLegacy => {
             let (svcs, slices) = lab.sources(services, endpoints);
-            let input = kubeproxy::restore_input(&kubeproxy::ports(&svcs, &slices), crate::topology::CLUSTER_CIDR_V4);
+            let ports = upstream_proxy::ports(&svcs, &slices, upstream_proxy::Family::V4);
+            let input = upstream_proxy::iptables::standalone_restore_input(&ports, crate::topology::CLUSTER_CIDR_V4);
             let tool = if c == Contender::IptablesNft { "iptables-nft-restore" } else { "iptables-legacy-restore" };
             if let Some(why) = restore(lab, tool, &input, budget)? {
                 return Ok(Setup::Unavailable(why));

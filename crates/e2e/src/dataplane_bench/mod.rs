@@ -12,7 +12,6 @@
 //! and plots.
 
 pub mod contenders;
-pub mod kubeproxy;
 pub mod lab;
 pub mod measure;
 pub mod report;
