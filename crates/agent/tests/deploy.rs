@@ -210,3 +210,30 @@ fn the_kind_cluster_has_no_kube_proxy_and_two_workers() {
     let roles: Vec<&str> = doc["nodes"].as_array().unwrap().iter().map(|n| n["role"].as_str().unwrap()).collect();
     assert_eq!(roles.iter().filter(|r| **r == "worker").count(), 2, "{roles:?}");
 }
+
+#[test]
+fn the_rollback_hands_each_node_back_only_once_kube_proxy_serves() {
+    let r = render("rollback");
+    assert_eq!(r.daemonsets.len(), 1, "one DaemonSet, nothing else");
+    assert!(r.roles.is_empty() && r.bindings.is_empty() && r.config_maps.is_empty());
+    let ds = &r.daemonsets[0];
+    assert_eq!(ds.metadata.name.as_deref(), Some("verdict-handback"));
+    assert_eq!(ds.metadata.namespace.as_deref(), Some("kube-system"));
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(pod.host_network, Some(true), "it reads the node's own rules");
+    assert!(pod.tolerations.iter().flatten().any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()));
+    let c = &pod.containers[0];
+    let command = c.command.clone().unwrap();
+    assert_eq!(command[1..], ["cleanup", "--after-kube-proxy", "--keep-running"]);
+    let probe = c.readiness_probe.as_ref().and_then(|p| p.exec.as_ref()).and_then(|e| e.command.clone()).unwrap();
+    assert_eq!(probe[1..], ["cleanup", "--check"]);
+    let sc = c.security_context.as_ref().unwrap();
+    assert_ne!(sc.privileged, Some(true));
+    let add = sc.capabilities.as_ref().unwrap().add.clone().unwrap();
+    assert_eq!(add, ["NET_ADMIN", "NET_RAW"]);
+    // The commands it runs parse as the binary reads them.
+    for args in [&command[1..], &probe[1..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_verdict")).args(args).arg("--help").output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -340,3 +340,18 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<u16> {
     s.read_to_string(&mut text).ok()?;
     text.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// The path of a binary built beside the running test executable (`target/<profile>/<name>`,
+/// the test being in `target/<profile>/deps/`): how a test of this crate finds the `verdict`
+/// binary, which another package builds (`cargo test --workspace` builds both).
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: run the tests with `cargo test --workspace --release` (or build it first)",
+        path.display()
+    );
+    path
+}

@@ -64,3 +64,20 @@ macro_rules! require_flowtable {
         }
     };
 }
+
+/// Whether IPVS works here (the kernel's `ip_vs`, and `ipvsadm`), probed in a namespace of its
+/// own. This machine's kernel has no `ip_vs`: the IPVS tests run in Debian's kernels
+/// (`cargo xtask kernels`, which sets `VERDICT_REQUIRE_IPVS=1`: there a skip fails).
+pub fn ipvs_tests_enabled(test: &str) -> bool {
+    let probe = crate::netns::Netns::new("ipvsprobe").expect("a namespace for the IPVS probe");
+    let Err(e) = crate::upstream_proxy::ipvs::available(&probe) else { return true };
+    let msg = format!(
+        "SKIPPED {test}: no IPVS here ({e:#}); it runs in Debian's kernels: \
+         cargo xtask kernels --kernel 6.1 --suites migration"
+    );
+    if std::env::var("VERDICT_REQUIRE_IPVS").as_deref() == Ok("1") {
+        panic!("{msg} (VERDICT_REQUIRE_IPVS=1 forbids skipping)");
+    }
+    eprintln!("\n*** {msg} ***\n");
+    false
+}
