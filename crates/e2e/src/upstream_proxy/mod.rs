@@ -8,7 +8,8 @@
 //! - [`iptables`]: `iptables-restore --noflush` input for the nat and filter tables, the jumps
 //!   from the built-in chains kube-proxy ensures one by one, its canary chains, and kubelet's
 //!   chains; through `iptables-nft` or `iptables-legacy`;
-//! - [`nftables`]: the `ip kube-proxy` table (and `ip6 kube-proxy`), loaded with `nft -f`;
+//! - [`nftables`]: the `ip kube-proxy` table (and `ip6 kube-proxy`), loaded with `nft -f`, and
+//!   kubelet's iptables chains (through `iptables-nft`), which every node has;
 //! - [`ipvs`]: the `kube-ipvs0` dummy link holding every ClusterIP, the virtual and real
 //!   servers, the ipsets, the iptables rules the ipvs proxier writes, and its sysctls.
 //!

@@ -282,9 +282,14 @@ fn existing_chains(ns: &Netns, family: Family) -> Result<BTreeSet<String>> {
         .collect())
 }
 
-/// kube-proxy's nftables mode starting on `ns`, or resyncing there.
+/// kube-proxy's nftables mode starting on `ns`, or resyncing there; kubelet's iptables chains
+/// (through `iptables-nft`) beside it, as on any node.
 pub fn apply(ns: &Netns, kp: &KubeProxy) -> Result<()> {
     super::conntrack_sysctls(ns)?;
+    super::iptables::kubelet(ns, super::Backend::Nft, Family::V4)?;
+    if kp.node.ipv6.is_some() {
+        super::iptables::kubelet(ns, super::Backend::Nft, Family::V6)?;
+    }
     let families: &[(Family, &[SvcPort])] = if kp.node.ipv6.is_some() {
         &[(Family::V4, &kp.ports_v4), (Family::V6, &kp.ports_v6)]
     } else {
@@ -303,13 +308,15 @@ pub fn apply(ns: &Netns, kp: &KubeProxy) -> Result<()> {
     Ok(())
 }
 
-/// `nft list table` of both families' tables in `ns` (counters are never written here).
+/// `nft list table` of both families' tables in `ns` (counters are never written here), then
+/// kubelet's iptables chains.
 pub fn listed(ns: &Netns) -> Result<String> {
     let mut out = String::new();
     for family in [Family::V4, Family::V6] {
         let got = ns.exec(&["nft", "list", "table", ipx(family), "kube-proxy"])?;
         out.push_str(&String::from_utf8_lossy(&got.stdout));
     }
+    out.push_str(&super::iptables::saved(ns, super::Backend::Nft)?);
     Ok(out)
 }
 
