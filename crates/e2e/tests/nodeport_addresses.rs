@@ -9,7 +9,7 @@ use verdict_e2e::fixtures::{service, slice};
 use verdict_e2e::probe::{self, Outcome};
 use verdict_e2e::topology::{self, Cluster, ECHO_PORT};
 use verdict_e2e::{dataplane, fixtures, require_kernel};
-use verdict_model::{BuildOutput, Cidr, ProxyConfig, build_model, parse_nodeport_addresses};
+use verdict_model::{BuildOutput, Cidr, NodePortAddresses, ProxyConfig, build_model};
 
 const T: Duration = Duration::from_secs(1);
 const NODE_PORT: u16 = 30080;
@@ -29,7 +29,7 @@ fn programmed(tag: &str, nodeport_addresses: &[&str]) -> Cluster {
             Cidr::parse_tolerant(topology::CLUSTER_CIDR_V4).unwrap(),
             Cidr::parse_tolerant(topology::CLUSTER_CIDR_V6).unwrap(),
         ],
-        nodeport_addresses: parse_nodeport_addresses(nodeport_addresses).unwrap(),
+        nodeport_addresses: NodePortAddresses::parse(nodeport_addresses).unwrap(),
         ..ProxyConfig::default()
     };
     let svc = service("default", "web", &["172.30.0.10", "fd00:10:96::10"], "TCP", 80, Some(NODE_PORT.into()));
