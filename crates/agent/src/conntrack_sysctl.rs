@@ -21,6 +21,7 @@ const TCP_CLOSE_WAIT: &str = "net.netfilter.nf_conntrack_tcp_timeout_close_wait"
 const TCP_BE_LIBERAL: &str = "net.netfilter.nf_conntrack_tcp_be_liberal";
 const UDP: &str = "net.netfilter.nf_conntrack_udp_timeout";
 const UDP_STREAM: &str = "net.netfilter.nf_conntrack_udp_timeout_stream";
+const ROUTE_LOCALNET: &str = "net.ipv4.conf.all.route_localnet";
 
 const INIT_ONLY: &str = "run `verdict run --init-only` (kube-proxy --init-only) as root in a privileged init \
                          container, see docs/operations.md";
@@ -42,6 +43,11 @@ pub struct ConntrackSettings {
     pub udp_timeout: Duration,
     /// ZERO: leave as is.
     pub udp_stream_timeout: Duration,
+    /// `net.ipv4.conf.all.route_localnet = 1`: not a conntrack setting, but written with
+    /// them, where they are (a privileged `--init-only`, or a root run): localhost NodePorts
+    /// need it, as kube-proxy's iptables mode sets it (false: leave as is, as upstream never
+    /// writes 0).
+    pub route_localnet: bool,
 }
 
 impl Default for ConntrackSettings {
@@ -54,6 +60,7 @@ impl Default for ConntrackSettings {
             tcp_be_liberal: false,
             udp_timeout: Duration::ZERO,
             udp_stream_timeout: Duration::ZERO,
+            route_localnet: false,
         }
     }
 }
@@ -126,6 +133,9 @@ pub fn apply(settings: &ConntrackSettings, cpus: usize, paths: &SysPaths) -> Vec
         if !timeout.is_zero() {
             outcomes.push(set(name, &netfilter.join(file), timeout.as_secs(), Tree::Proc));
         }
+    }
+    if settings.route_localnet {
+        outcomes.push(set(ROUTE_LOCALNET, &paths.proc_sys.join("net/ipv4/conf/all/route_localnet"), 1, Tree::Proc));
     }
     outcomes
 }
@@ -251,6 +261,9 @@ fn read_only(name: &str) -> String {
 fn explain(name: &str, tree: Tree, e: &io::Error) -> String {
     let errno = e.raw_os_error().map(Errno::from_raw);
     match (errno, tree) {
+        (Some(Errno::ENOENT), Tree::Proc) if name == ROUTE_LOCALNET => {
+            "no such sysctl: this kernel has no IPv4 (localhost NodePorts need it)".into()
+        }
         (Some(Errno::ENOENT), Tree::Proc) => {
             "no such sysctl: the nf_conntrack module is not loaded (`modprobe nf_conntrack`) or this kernel \
              does not have it"

@@ -33,6 +33,7 @@ fn settings(max: u64) -> ConntrackSettings {
         tcp_be_liberal: true,
         udp_timeout: Duration::from_secs(45),
         udp_stream_timeout: Duration::from_secs(150),
+        route_localnet: false,
     }
 }
 

@@ -89,3 +89,17 @@ fn a_bad_destination_is_a_clear_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn the_replaced_iptables_mode_answers_localhost_nodeports_for_the_node_only() {
+    // No --config: iptables mode's place, localhost NodePorts kept.
+    let out = explain("127.0.0.1", "127.0.0.1:30053/udp", &[]);
+    assert_eq!(result(&out), "DNAT to 10.0.1.2:53, 10.0.2.3:53 (masqueraded)", "{out}");
+    assert!(out.contains("opened by the node") && out.contains("nat-output: ip daddr 127.0.0.0/8"), "{out}");
+    let out = explain("203.0.113.2", "127.0.0.1:30053/udp", &[]);
+    assert_eq!(result(&out), "DROP", "{out}");
+    assert!(out.contains("iifname != \"lo\" ip daddr 127.0.0.0/8 drop"), "the guard:\n{out}");
+    // An address the Node object does not list still takes NodePorts.
+    let out = explain("203.0.113.2", "192.168.77.7:30053/udp", &["--node-address", "192.168.77.7"]);
+    assert_eq!(result(&out), "DNAT to 10.0.1.2:53, 10.0.2.3:53 (masqueraded)", "{out}");
+}

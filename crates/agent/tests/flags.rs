@@ -385,3 +385,37 @@ fn the_fast_path_is_configured_by_flag_or_by_the_files_own_field_and_the_flag_wi
     let _ = std::fs::remove_dir_all(&dir);
     assert!(table.contains("flowtable fastpath"), "{table}");
 }
+
+#[test]
+fn localhost_in_nodeport_addresses_is_a_keyword_and_its_gate_turns_it_off_with_one_warning() {
+    assert_usage(&["run", "--nodeport-addresses", "primary,LocalHost", "--hostname-override", "n"], "`localhost`");
+    assert_usage(
+        &["run", "--nodeport-addresses", "localhost,primary,localhost", "--hostname-override", "n"],
+        "`localhost` is listed more than once",
+    );
+    let dir = std::env::temp_dir().join(format!("verdict-localhost-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("node.yaml"), "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n").unwrap();
+    let render = |gates: &str| {
+        let file = config_file(&format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
+             nodePortAddresses: [primary, localhost]\nfeatureGates: {{{gates}}}\n"
+        ));
+        let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(["render", "--hostname-override", "node1", "--config", file.path(), "--manifests"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{gates}: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (table, log) = render("");
+    assert!(table.contains("ip daddr 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports"), "{table}");
+    assert!(table.contains("iifname != \"lo\" ip daddr 127.0.0.0/8 drop"), "the guard comes with it: {table}");
+    assert!(!table.contains("ct state invalid"), "nftables mode has no INVALID drop: {table}");
+    assert_eq!(log.matches("127.0.0.0/8 only").count(), 1, "the ::1 half is said once: {log}");
+    let (table, log) = render("KubeProxyNFTablesLocalhostNodePorts: false");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!table.contains("127.0.0.0/8 meta l4proto") && !table.contains("iifname"), "{table}");
+    assert_eq!(log.matches("KubeProxyNFTablesLocalhostNodePorts=false").count(), 1, "one warning: {log}");
+}

@@ -56,7 +56,9 @@ fn a_default_drop_table_elsewhere_is_reported_and_its_drop_is_real() {
         &lab,
         env!("CARGO_BIN_EXE_verdict"),
         "fw",
-        &["--min-sync-period", "50ms", "--cleanup-leftovers=false"],
+        // nftables mode: `primary` NodePorts, so that the IPv6 family without a node address
+        // is announced (iptables mode's default takes every address).
+        &["--min-sync-period", "50ms", "--cleanup-leftovers=false", "--proxy-mode=nftables"],
     )
     .unwrap();
     agent.wait("web programmed", || lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")));

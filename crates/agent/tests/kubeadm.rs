@@ -2,7 +2,8 @@
 //! ConfigMaps kubeadm 1.33 to 1.37 write (tests/fixtures/kubeadm, with their provenance) and
 //! kubeadm's DaemonSet command line, the binary invoked as `kube-proxy`, in a network
 //! namespace of its own, against the test API server; and `kube-proxy --init-only` writing the
-//! conntrack sysctls into that namespace, read back from its `/proc/sys`.
+//! conntrack sysctls (and `route_localnet`, for iptables mode's localhost NodePorts) into that
+//! namespace, read back from its `/proc/sys`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -83,6 +84,22 @@ fn every_kubeadm_configmap_programs_the_table_as_kubeadm_runs_kube_proxy() {
             stderr.contains(&format!("mode {mode:?}: verdict replaces kube-proxy's iptables mode")),
             "{release}: one line names the mode replaced: {stderr}"
         );
+        assert!(
+            stderr.contains(
+                "replacing kube-proxy's iptables mode: keeping NodePorts on every local address (nodePortAddresses unset), \
+                 localhost NodePorts (iptables.localhostNodePorts), the conntrack-INVALID drop in forward \
+                 (conntrack.tcpBeLiberal: false); set mode: nftables to leave them"
+            ),
+            "{release}: one line names the behaviours kept and how to leave them: {stderr}"
+        );
+        let table = lab.table();
+        for kept in [
+            "fib daddr type local ip daddr != 127.0.0.0/8",
+            "ip daddr 127.0.0.0/8 meta l4proto",
+            "ct state invalid drop",
+        ] {
+            assert!(table.contains(kept), "{release}: no {kept:?} in\n{table}");
+        }
     }
 }
 
@@ -116,7 +133,9 @@ fn conntrack_namespace(tag: &str) -> Netns {
 fn init_only_writes_the_conntrack_sysctls_of_kubeadms_configmap_into_the_namespace() {
     require_kernel!();
     let host_before: Vec<String> = TIMEOUTS.iter().map(|n| host_sysctl(n)).collect();
+    let route_localnet_host = std::fs::read_to_string(ROUTE_LOCALNET).unwrap();
     let ns = conntrack_namespace("kubeadm-init");
+    assert_eq!(read_route_localnet(&ns), "0", "a new namespace starts without it");
     // A new namespace starts from the kernel's defaults (5 days established, 60 s close-wait).
     assert_eq!(read_sysctl(&ns, "nf_conntrack_tcp_timeout_established"), "432000");
     let dir = TempDir::with_prefix("verdict-kubeadm-init-").unwrap();
@@ -129,8 +148,28 @@ fn init_only_writes_the_conntrack_sysctls_of_kubeadms_configmap_into_the_namespa
     assert_eq!(read_sysctl(&ns, "nf_conntrack_tcp_timeout_established"), "86400", "{stderr}");
     assert_eq!(read_sysctl(&ns, "nf_conntrack_tcp_timeout_close_wait"), "3600", "{stderr}");
     assert!(stderr.contains("nf_conntrack_max"), "nf_conntrack_max is read-only here, and one line says so: {stderr}");
+    // kubeadm's `mode: iptables` keeps localhost NodePorts, which need route_localnet.
+    assert_eq!(read_route_localnet(&ns), "1", "{stderr}");
+    assert!(stderr.contains("set net.ipv4.conf.all.route_localnet to 1 (was 0)"), "{stderr}");
     let host_after: Vec<String> = TIMEOUTS.iter().map(|n| host_sysctl(n)).collect();
     assert_eq!(host_before, host_after, "the host's sysctls are untouched");
+    assert_eq!(route_localnet_host, std::fs::read_to_string(ROUTE_LOCALNET).unwrap(), "the host's too");
+
+    // nftables mode has no localhost NodePorts unless the list names loopback: left alone.
+    let ns = conntrack_namespace("kubeadm-init-nft");
+    let nft = dir.path().join("nft.conf");
+    std::fs::write(&nft, "kind: KubeProxyConfiguration\nmode: nftables\n").unwrap();
+    let out =
+        ns.exec(&[env!("CARGO_BIN_EXE_verdict"), "run", "--init-only", "--config", nft.to_str().unwrap()]).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(read_route_localnet(&ns), "0");
+}
+
+const ROUTE_LOCALNET: &str = "/proc/sys/net/ipv4/conf/all/route_localnet";
+
+/// `net.ipv4.conf.all.route_localnet` of the namespace.
+fn read_route_localnet(ns: &Netns) -> String {
+    ns.check(&["cat", ROUTE_LOCALNET]).unwrap().trim().to_string()
 }
 
 #[test]

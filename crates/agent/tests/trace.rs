@@ -141,6 +141,9 @@ fn a_traced_connection_names_its_path_and_the_endpoint_that_answered() {
         .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
         .args(["--metrics-bind-address", "", "--healthz-bind-address", ""])
         .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false", "--state-dir", ""])
+        // nftables mode: iptables mode's localhost NodePorts would set route_localnet, and the
+        // lab's connection (routed over `lo`) would then leave from 127.0.0.1.
+        .arg("--proxy-mode=nftables")
         .spawn()
         .unwrap();
     let agent_log = || agent.log();

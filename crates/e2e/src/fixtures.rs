@@ -87,6 +87,8 @@ pub fn mixed() -> ProxyModel {
 
 /// The model of the `all-features` golden scenario (`tests/golden/all-features`), built from
 /// its manifests with the configuration its `flags` give: every rule shape verdict writes.
+/// Without `--config` the mode is upstream's default, iptables, whose behaviours verdict keeps
+/// (NodePorts on every local address, localhost NodePorts, the conntrack-INVALID drop).
 pub fn all_features() -> ProxyModel {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/all-features/manifests");
     let m = verdict_controller::manifests::load(&dir).expect("the all-features manifests");
@@ -97,6 +99,9 @@ pub fn all_features() -> ProxyModel {
     let config = ProxyConfig {
         cluster_cidrs: vec![cidr("10.0.0.0/8"), cidr("fd00:10::/64")],
         service_cidrs,
+        nodeport_addresses: verdict_model::NodePortAddresses::all(),
+        localhost_nodeports: true,
+        drop_ct_invalid: true,
         ..ProxyConfig::default()
     };
     let BuildOutput { model, problems } =

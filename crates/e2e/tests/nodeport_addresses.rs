@@ -1,6 +1,7 @@
 //! `--nodeport-addresses` with real traffic: with `all`, a NodePort answers on an address the
 //! node gained after its table was programmed, with no resync (the `fib daddr type local`
-//! rule); with `primary`, only on the Node's primary IPs.
+//! rule); with `primary`, only on the Node's primary IPs; a list without a CIDR of a family
+//! takes every address of that family.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -9,7 +10,7 @@ use verdict_e2e::fixtures::{service, slice};
 use verdict_e2e::probe::{self, Outcome};
 use verdict_e2e::topology::{self, Cluster, ECHO_PORT};
 use verdict_e2e::{dataplane, fixtures, require_kernel};
-use verdict_model::{BuildOutput, Cidr, ProxyConfig, build_model, parse_nodeport_addresses};
+use verdict_model::{BuildOutput, Cidr, NodePortAddresses, ProxyConfig, build_model};
 
 const T: Duration = Duration::from_secs(1);
 const NODE_PORT: u16 = 30080;
@@ -29,7 +30,7 @@ fn programmed(tag: &str, nodeport_addresses: &[&str]) -> Cluster {
             Cidr::parse_tolerant(topology::CLUSTER_CIDR_V4).unwrap(),
             Cidr::parse_tolerant(topology::CLUSTER_CIDR_V6).unwrap(),
         ],
-        nodeport_addresses: parse_nodeport_addresses(nodeport_addresses).unwrap(),
+        nodeport_addresses: NodePortAddresses::parse(nodeport_addresses).unwrap(),
         ..ProxyConfig::default()
     };
     let svc = service("default", "web", &["172.30.0.10", "fd00:10:96::10"], "TCP", 80, Some(NODE_PORT.into()));
@@ -87,5 +88,18 @@ fn primary_does_not_answer_on_an_address_added_after_programming() {
     // ... and the late ones are plain node addresses, with nothing listening on the port.
     for addr in [LATE_V4, LATE_V6] {
         assert_eq!(from_outside(&c, addr), Outcome::Refused, "NodePort on the late address {addr}");
+    }
+}
+
+#[test]
+fn an_ipv4_only_list_leaves_ipv6_nodeports_on_every_address() {
+    require_kernel!();
+    // Upstream decides per family: a list with no IPv6 CIDR is `::/0` for IPv6.
+    let c = programmed("npv4only", &["192.168.50.0/24"]);
+    add_late_addresses(&c);
+    let node = &c.nodes[0];
+    for addr in [node.ipv4.to_string(), node.ipv6.to_string(), LATE_V6.to_string()] {
+        let got = from_outside(&c, &addr);
+        assert!(answered_by_pod_a(&got), "NodePort on {addr}: {got:?}");
     }
 }

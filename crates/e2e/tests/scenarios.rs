@@ -263,7 +263,7 @@ fn s18_nodeport_addresses_select_the_secondary_address() {
     let (svc, eps) = nodeport(&lab);
     let mut config = lab.config();
     let cidrs = ["192.168.50.0/24", "192.168.51.0/24"].map(|c| Cidr::parse_tolerant(c).unwrap());
-    config.nodeport_addresses = NodePortAddresses::Cidrs(cidrs.to_vec());
+    config.nodeport_addresses = NodePortAddresses::cidrs(cidrs.to_vec());
     let rs = lab.program(&lab.model(config, &[svc], &[eps]));
     lab.check(&rs, External, &node_port(ALTERNATE_NODE_IP), Expect::pods(&["b1", "a2"], true));
 }

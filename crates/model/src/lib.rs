@@ -29,7 +29,7 @@ pub use build::{
 };
 pub use cache::{ModelCache, PortChange, Rebuilt};
 pub use net::{AddressError, Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, parse_ip_tolerant, special_address};
-pub use nodeport::{NodePortAddresses, NodePortAddressesError, parse_nodeport_addresses};
+pub use nodeport::{NodePortAddresses, NodePortAddressesError, loopback_net, parse_nodeport_addresses};
 pub use ports::ServicePorts;
 pub use problem::{ObjectKind, ObjectRef, Problem};
 pub use proxy_model::ProxyModel;

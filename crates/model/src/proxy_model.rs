@@ -5,7 +5,6 @@
 //! name order) and `nodeport` (which addresses take NodePorts), which import nothing back.
 
 use crate::net::{Cidr, IpFamily};
-use crate::nodeport::NodePortAddresses;
 use crate::ports::ServicePorts;
 use crate::types::{DetectLocal, NodeFacts, PodMatch, ProxyConfig};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -87,12 +86,14 @@ impl ProxyModel {
     /// The programmed families in which no node address accepts NodePort traffic (with
     /// `--nodeport-addresses primary`: the Node lists no address of that family). Their
     /// Services get ClusterIPs, external and load balancer IPs, but no NodePorts, as upstream.
+    /// IPv4 with localhost NodePorts still has 127.0.0.0/8.
     pub fn families_without_nodeports(&self) -> Vec<IpFamily> {
         let nodeport_ips = self.nodeport_ips();
         let all_local = self.nodeport_all_local_families();
         self.families()
             .into_iter()
             .filter(|f| !all_local.contains(f) && !nodeport_ips.iter().any(|ip| IpFamily::of(ip) == *f))
+            .filter(|f| !(*f == IpFamily::V4 && self.config.localhost_nodeports))
             .collect()
     }
 
@@ -101,17 +102,11 @@ impl ProxyModel {
     /// [`ProxyModel::nodeport_all_local_families`] and have no list).
     pub fn nodeport_ips(&self) -> Vec<IpAddr> {
         let npa = &self.config.nodeport_addresses;
-        let primary = match npa {
-            NodePortAddresses::Primary | NodePortAddresses::PrimaryAndCidrs(_) => self.node.primary_ips.as_slice(),
-            NodePortAddresses::Cidrs(_) | NodePortAddresses::All => &[],
-        };
-        let cidrs = match npa {
-            NodePortAddresses::Cidrs(c) | NodePortAddresses::PrimaryAndCidrs(c) => c.as_slice(),
-            NodePortAddresses::Primary | NodePortAddresses::All => &[],
-        };
-        // Loopback is left out of CIDR matches, as upstream refuses localhost NodePorts.
+        let primary = if npa.primary { self.node.primary_ips.as_slice() } else { &[] };
+        // Loopback is never a list element: localhost NodePorts have rules of their own
+        // (`ProxyConfig::localhost_nodeports`), reached only by the node's own connections.
         let in_cidrs =
-            self.node.addresses.iter().filter(|ip| !ip.is_loopback() && cidrs.iter().any(|c| c.contains(ip)));
+            self.node.addresses.iter().filter(|ip| !ip.is_loopback() && npa.cidrs.iter().any(|c| c.contains(ip)));
         let mut ips: Vec<IpAddr> =
             primary.iter().chain(in_cidrs).filter(|ip| !npa.all_local(IpFamily::of(ip))).copied().collect();
         ips.sort();

@@ -54,8 +54,16 @@ pub enum DetectLocal {
 pub struct ProxyConfig {
     /// `--cluster-cidr`: at most one network per family.
     pub cluster_cidrs: Vec<Cidr>,
-    /// `--nodeport-addresses`.
+    /// `--nodeport-addresses`, with the replaced mode's default when unset.
     pub nodeport_addresses: NodePortAddresses,
+    /// IPv4 NodePorts also answer on 127.0.0.0/8 to connections the node opens itself
+    /// (iptables mode's `localhostNodePorts`, nftables mode's `localhost` keyword): DNAT in the
+    /// nat output hook only, and a drop before DNAT of anything to 127.0.0.0/8 that did not
+    /// come over loopback (CVE-2020-8558). The agent decides it from the mode.
+    pub localhost_nodeports: bool,
+    /// `ct state invalid drop` in the forward hook: iptables mode's KUBE-FORWARD rule, kept
+    /// when verdict replaces that mode and `conntrack.tcpBeLiberal` is off.
+    pub drop_ct_invalid: bool,
     /// `--masquerade-all`: masquerade every packet sent to a ClusterIP.
     pub masquerade_all: bool,
     /// The packet-mark bit that asks for masquerading (upstream default 14, i.e. `0x4000`).
@@ -118,7 +126,9 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
             cluster_cidrs: Vec::new(),
-            nodeport_addresses: NodePortAddresses::Primary,
+            nodeport_addresses: NodePortAddresses::primary(),
+            localhost_nodeports: false,
+            drop_ct_invalid: false,
             masquerade_all: false,
             masquerade_bit: 14,
             detect_local: DetectLocal::ClusterCidr,

@@ -409,6 +409,11 @@ pub mod build {
     pub fn ct_state_new() -> Item {
         Item::Match(Match::Flags { left: Selector::CtState, flags: CT_STATE_NEW })
     }
+    /// `ct state invalid`: conntrack could not make sense of the packet (e.g. a TCP segment
+    /// outside the window).
+    pub fn ct_state_invalid() -> Item {
+        Item::Match(Match::Flags { left: Selector::CtState, flags: CT_STATE_INVALID })
+    }
     /// `ct state established`.
     pub fn ct_state_established() -> Item {
         Item::Match(Match::Flags { left: Selector::CtState, flags: CT_STATE_ESTABLISHED })
@@ -446,6 +451,8 @@ pub mod build {
     }
 }
 
+/// `ct state invalid` bit.
+pub(crate) const CT_STATE_INVALID: u32 = 1;
 /// `ct state new` bit.
 pub(crate) const CT_STATE_NEW: u32 = 8;
 /// `ct state established` bit.

@@ -6,8 +6,8 @@
 //! for dry runs, logs and the benchmark's `nft -f` baseline.
 
 use crate::rule::{
-    CT_STATE_ESTABLISHED, CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Reject, Rule, Selector, Stmt,
-    Value, decode_concat,
+    CT_STATE_ESTABLISHED, CT_STATE_INVALID, CT_STATE_NEW, CT_STATUS_DNAT, DnatTarget, Item, Match, Op, Reject, Rule,
+    Selector, Stmt, Value, decode_concat,
 };
 use crate::ruleset::{
     BaseChain, Blob, Chain, ChainKind, DataSpec, Datatype, Elem, ElemData, ElementMap, Flowtable, Hook, KeySpec,
@@ -264,6 +264,7 @@ fn neq(op: Op) -> &'static str {
 
 fn flag_names(sel: &Selector, flags: u32) -> String {
     match (sel, flags) {
+        (Selector::CtState, CT_STATE_INVALID) => "invalid".into(),
         (Selector::CtState, CT_STATE_NEW) => "new".into(),
         (Selector::CtState, CT_STATE_ESTABLISHED) => "established".into(),
         (Selector::CtStatus, CT_STATUS_DNAT) => "dnat".into(),

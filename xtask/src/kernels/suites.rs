@@ -38,6 +38,7 @@ pub const ALL: &[&str] = &[
     "chain_deletion",
     "packets_core",
     "packets_scale",
+    "kept_behaviours",
     "scenarios",
     "conntrack",
     "stale_udp",

@@ -1,27 +1,40 @@
 //! What `run` does before it proxies, as kube-proxy does: one line naming the mode verdict
-//! replaces, the conntrack sysctls, the agent's OOM score.
+//! replaces and one naming what it keeps of it, the conntrack sysctls (and `route_localnet`),
+//! the agent's OOM score.
 
+use crate::config::kept::LOCALHOST_GATE;
 use crate::config::{Mode, RunConfig};
 use crate::conntrack_sysctl::{self, ConntrackSettings, SysPaths};
 
-/// One line for the mode, and one for each setting accepted without effect.
+/// One line for the mode, one for the behaviours kept from it, and one for each setting
+/// accepted without effect.
 pub fn announce(cfg: &RunConfig) {
     let s = &cfg.settings;
     match s.mode {
         Mode::Nftables => {}
         replaced => tracing::info!(
-            "mode {:?}: verdict replaces kube-proxy's {} mode, with its {} settings (sync periods, masqueradeAll, masquerade bit); \
-             NodePorts answer on the node's primary addresses unless nodePortAddresses says otherwise (nodePortAddresses: [all] is {} mode's all-addresses behaviour)",
+            "mode {:?}: verdict replaces kube-proxy's {} mode, with its {} settings (sync periods, masqueradeAll, masquerade bit)",
             s.mode_as_written,
             replaced.name(),
             match replaced {
                 Mode::Ipvs => "ipvs and iptables",
                 _ => "iptables",
             },
-            replaced.name(),
         ),
     }
+    if let Some(line) = s.kept.announcement(s.mode) {
+        tracing::info!("{line}");
+    }
+    if s.kept.localhost_from_keyword {
+        tracing::info!(
+            "localhost NodePorts on (nodePortAddresses names loopback): the node's own connections to 127.0.0.0/8 reach NodePorts; route_localnet is set and packets to 127.0.0.0/8 from the network are dropped"
+        );
+    }
     for (gate, on) in &s.feature_gates {
+        if gate == LOCALHOST_GATE && s.mode == Mode::Nftables {
+            // It decides whether `localhost` counts (a warning says so when it does not).
+            continue;
+        }
         tracing::warn!(
             "feature gate {gate}={on} has no effect: verdict has no feature gates, every Service behaviour it implements is on (docs/operations.md#compatibility-with-kube-proxy)"
         );

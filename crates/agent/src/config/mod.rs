@@ -12,6 +12,7 @@ mod defaults;
 mod duration;
 mod file;
 mod flags;
+pub mod kept;
 mod resolve;
 mod write;
 
@@ -24,7 +25,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use verdict_controller::fast_path::InterfacePatterns;
-use verdict_model::{Cidr, DetectLocal, ProxyConfig, ServiceCounters, parse_nodeport_addresses};
+use verdict_model::{Cidr, DetectLocal, ProxyConfig, ServiceCounters};
 
 /// Invalid configuration (exit code 64).
 #[derive(Debug)]
@@ -83,6 +84,7 @@ impl Effective {
             flags::overlay_all(&mut config, rules, run);
         }
         let settings = resolve::settings(&config)?;
+        warnings.extend(settings.kept.warnings());
         Ok(Effective { config, settings, warnings })
     }
 }
@@ -134,9 +136,6 @@ impl RulesConfig {
             }
             cluster_cidrs.push(cidr);
         }
-        let np: Vec<&str> = s.nodeport_addresses.iter().map(String::as_str).collect();
-        let nodeport_addresses =
-            parse_nodeport_addresses(&np).map_err(|e| bad(format!("--nodeport-addresses: {e}")))?;
         let bit = args.masquerade_bit.unwrap_or(s.masquerade_bit);
         if !(0..=31).contains(&bit) {
             return Err(bad(format!("--masquerade-bit {bit} is not a bit of a 32-bit mark (0-31)")));
@@ -169,7 +168,9 @@ impl RulesConfig {
             node_name,
             proxy: ProxyConfig {
                 cluster_cidrs,
-                nodeport_addresses,
+                nodeport_addresses: s.nodeport_addresses.clone(),
+                localhost_nodeports: s.kept.localhost_nodeports,
+                drop_ct_invalid: s.kept.drop_ct_invalid,
                 masquerade_all: s.masquerade_all,
                 masquerade_bit: bit as u8,
                 detect_local,

@@ -4,12 +4,14 @@
 //! IPVS users have) and reads what they mean from the section that mode would read.
 
 use super::file::KubeProxyConfiguration;
+use super::kept::{self, Kept};
 use super::{ConfigError, bad, parse_duration};
 use crate::conntrack_sysctl::ConntrackSettings;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
+use verdict_model::{NodePortAddresses, parse_nodeport_addresses};
 
 /// The mode verdict runs in place of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,8 +75,11 @@ pub struct Settings {
     pub masquerade_bit: i64,
     /// `clusterCIDR`, split.
     pub cluster_cidrs: Vec<String>,
-    /// `nodePortAddresses`.
-    pub nodeport_addresses: Vec<String>,
+    /// `nodePortAddresses`, with the mode's default when unset (nftables: `primary`;
+    /// iptables and ipvs: every local address).
+    pub nodeport_addresses: NodePortAddresses,
+    /// Which of the replaced mode's behaviours verdict keeps.
+    pub kept: Kept,
     /// `detectLocalMode` and its section.
     pub detect_local: (String, Option<String>, Option<String>),
     /// The conntrack sysctls.
@@ -189,7 +194,7 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
     let bind_address: IpAddr =
         bind_raw.parse().map_err(|_| bad(format!("--bind-address {bind_raw:?} is not an IP address")))?;
     let ct = c.conntrack.as_ref();
-    let conntrack = ConntrackSettings {
+    let mut conntrack = ConntrackSettings {
         max_per_core: non_negative("conntrack.maxPerCore", ct.and_then(|c| c.max_per_core))?,
         min: non_negative("conntrack.min", ct.and_then(|c| c.min))?,
         tcp_established_timeout: duration(
@@ -203,7 +208,25 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
         tcp_be_liberal: ct.and_then(|c| c.tcp_be_liberal).unwrap_or(false),
         udp_timeout: duration("conntrack.udpTimeout", ct.and_then(|c| c.udp_timeout.as_deref()))?,
         udp_stream_timeout: duration("conntrack.udpStreamTimeout", ct.and_then(|c| c.udp_stream_timeout.as_deref()))?,
+        route_localnet: false,
     };
+    let raw_nodeport: Vec<&str> = c.node_port_addresses.iter().flatten().map(String::as_str).collect();
+    let unset = match mode {
+        Mode::Nftables => NodePortAddresses::primary(),
+        Mode::Iptables | Mode::Ipvs => NodePortAddresses::all(),
+    };
+    let nodeport_addresses =
+        parse_nodeport_addresses(&raw_nodeport, unset).map_err(|e| bad(format!("--nodeport-addresses: {e}")))?;
+    let localhost_node_ports = ipt.and_then(|s| s.localhost_node_ports).unwrap_or(true);
+    let kept = kept::decide(&kept::Inputs {
+        mode,
+        nodeport_addresses: &nodeport_addresses,
+        nodeport_addresses_unset: raw_nodeport.iter().all(|i| i.trim().is_empty()),
+        iptables_localhost_node_ports: localhost_node_ports,
+        tcp_be_liberal: conntrack.tcp_be_liberal,
+        localhost_gate: c.feature_gates.as_ref().and_then(|g| g.get(kept::LOCALHOST_GATE)).copied(),
+    });
+    conntrack.route_localnet = kept.route_localnet();
     let config_sync_period = duration("configSyncPeriod", c.config_sync_period.as_deref())?;
     if config_sync_period.is_zero() {
         return Err(bad("--config-sync-period must be greater than 0"));
@@ -254,7 +277,8 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect(),
-        nodeport_addresses: c.node_port_addresses.clone().unwrap_or_default(),
+        nodeport_addresses,
+        kept,
         detect_local: (
             c.detect_local_mode.clone().unwrap_or_default(),
             dl.and_then(|d| d.bridge_interface.clone()).filter(|s| !s.is_empty()),

@@ -7,6 +7,7 @@ use tempfile::TempDir;
 
 const NETFILTER: &str = "proc/sys/net/netfilter";
 const PARAM: &str = "sys/module/nf_conntrack/parameters/hashsize";
+const LOCALNET: &str = "proc/sys/net/ipv4/conf/all/route_localnet";
 
 /// A fake tree, removed pass or fail.
 struct Fake {
@@ -33,6 +34,8 @@ impl Fake {
             fake.set(file, value);
         }
         std::fs::write(fake.dir.path().join(PARAM), "16384\n").unwrap();
+        std::fs::create_dir_all(fake.dir.path().join(LOCALNET).parent().unwrap()).unwrap();
+        std::fs::write(fake.dir.path().join(LOCALNET), "0\n").unwrap();
         fake
     }
 
@@ -77,6 +80,7 @@ fn settings(max_per_core: u32, min: u32) -> ConntrackSettings {
         tcp_be_liberal: false,
         udp_timeout: Duration::ZERO,
         udp_stream_timeout: Duration::ZERO,
+        route_localnet: false,
     }
 }
 
@@ -270,6 +274,25 @@ fn reasons_name_the_cause_and_the_way_out() {
     let module = explain(HASHSIZE, Tree::Sys, &err(Errno::ENOENT));
     assert!(module.contains("modprobe nf_conntrack"), "{module}");
     assert!(explain(UDP, Tree::Proc, &err(Errno::EIO)).contains("Input/output error"));
+}
+
+#[test]
+fn route_localnet_is_written_only_when_localhost_nodeports_ask_for_it() {
+    let fake = Fake::new("localnet");
+    let localnet = || std::fs::read_to_string(fake.dir.path().join(LOCALNET)).unwrap().trim().to_string();
+    assert_eq!(apply(&settings(0, 0), 2, &fake.paths), vec![]);
+    assert_eq!(localnet(), "0", "off: left alone");
+    let wanted = ConntrackSettings { route_localnet: true, ..settings(0, 0) };
+    assert_eq!(apply(&wanted, 2, &fake.paths), vec![Outcome::Written { name: ROUTE_LOCALNET, from: Some(0), to: 1 }]);
+    assert_eq!(localnet(), "1");
+    assert_eq!(apply(&wanted, 2, &fake.paths), vec![Outcome::AlreadySet { name: ROUTE_LOCALNET, value: 1 }]);
+    // One line when it cannot be written, like the others.
+    fake.break_file(LOCALNET);
+    let outcomes = apply(&wanted, 2, &fake.paths);
+    assert!(matches!(&outcomes[..], [Outcome::Failed { name: ROUTE_LOCALNET, want: 1, .. }]), "{outcomes:?}");
+    assert_eq!(log_outcomes(&outcomes), 1);
+    let missing = explain(ROUTE_LOCALNET, Tree::Proc, &io::Error::from_raw_os_error(Errno::ENOENT as i32));
+    assert!(missing.contains("no IPv4"), "{missing}");
 }
 
 #[test]

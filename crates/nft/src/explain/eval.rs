@@ -13,6 +13,9 @@ use verdict_model::IpFamily;
 /// How deep jumps may nest before the interpreter gives up (the kernel's limit is 16).
 const MAX_DEPTH: usize = 16;
 
+/// The loopback interface's name.
+const LOOPBACK: &str = "lo";
+
 /// A packet's state along one path.
 #[derive(Clone, Debug)]
 pub(super) struct State {
@@ -284,6 +287,14 @@ impl Evaluator<'_> {
 
     fn matches(&self, m: &Match, st: &State) -> bool {
         match m {
+            Match::Cmp { left: Selector::IifName, op, right: Value::Ifname(name) }
+                if name == LOOPBACK && self.packet.in_interface.is_none() =>
+            {
+                // The interface is not known, but whether it is loopback is: a packet that
+                // arrives from the network did not, and the node's own have no input
+                // interface in the output hook (the kernel's `iifname` fails there).
+                !self.host.is_local(&self.packet.src) && *op == Op::Neq
+            }
             Match::Cmp { left, op, right } => {
                 let Some(v) = self.load(*left, st) else { return false };
                 (v == *right) == (*op == Op::Eq)

@@ -40,8 +40,10 @@ pub struct Host {
 }
 
 impl Host {
+    /// The node's own: one of its addresses, or loopback (the kernel's local routing table
+    /// holds 127.0.0.0/8 and ::1 on every node).
     fn is_local(&self, addr: &IpAddr) -> bool {
-        self.local_addresses.contains(addr)
+        addr.is_loopback() || self.local_addresses.contains(addr)
     }
 }
 
@@ -254,8 +256,16 @@ pub fn explain(rs: &Ruleset, packet: &Packet, host: &Host) -> Explanation {
     }
     for (st, offload) in routed {
         for st in run_hook(Hook::Postrouting, vec![st], &mut done) {
-            let fate = Fate::Pass { dnat: st.dnat, masquerade: st.masquerade };
-            done.push(Branch { fate, trace: st.trace, offload: offload.clone() });
+            // The node's own connection to one of its addresses comes back in over loopback,
+            // through input (where a NodePort without endpoints is rejected).
+            let arrived = match from_node && host.is_local(&st.daddr) {
+                true => run_hook(Hook::Input, vec![st], &mut done),
+                false => vec![st],
+            };
+            for st in arrived {
+                let fate = Fate::Pass { dnat: st.dnat, masquerade: st.masquerade };
+                done.push(Branch { fate, trace: st.trace, offload: offload.clone() });
+            }
         }
     }
     Explanation { packet: packet.clone(), from_node, branches: done }

@@ -1,15 +1,22 @@
-//! NodePorts on every local address (`--nodeport-addresses all`) as the interpreter sees them.
+//! NodePorts on every local address (`--nodeport-addresses all`) and on loopback (localhost
+//! NodePorts) as the interpreter sees them.
 
 use super::*;
 use crate::render::{RenderOptions, render};
+use crate::text;
 use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
-use verdict_model::{BuildOutput, NodePortAddresses, ProxyConfig, build_model, parse_nodeport_addresses};
+use verdict_model::{BuildOutput, NodePortAddresses, ProxyConfig, build_model};
 
 /// A NodePort Service (30080) with one endpoint (or none), on a node whose Node object lists
 /// only 192.168.0.2 and fd00::2.
 fn table(nodeport_addresses: &[&str], endpoints: bool) -> Ruleset {
     let config =
-        ProxyConfig { nodeport_addresses: parse_nodeport_addresses(nodeport_addresses).unwrap(), ..Default::default() };
+        ProxyConfig { nodeport_addresses: NodePortAddresses::parse(nodeport_addresses).unwrap(), ..Default::default() };
+    table_with(config, endpoints)
+}
+
+/// [`table`] with a configuration of its own.
+fn table_with(config: ProxyConfig, endpoints: bool) -> Ruleset {
     let node = Node {
         name: "n1".into(),
         addresses: vec![("InternalIP".into(), "192.168.0.2".into()), ("InternalIP".into(), "fd00::2".into())],
@@ -63,7 +70,7 @@ fn dnat_to(ep: &str) -> Summary {
 
 #[test]
 fn all_answers_on_every_local_address_of_both_families() {
-    assert_eq!(parse_nodeport_addresses(&["all"]), Ok(NodePortAddresses::All));
+    assert_eq!(NodePortAddresses::parse(&["all"]), Ok(NodePortAddresses::all()));
     let rs = table(&["all"], true);
     for dst in ["192.168.0.2", "192.168.9.9"] {
         assert_eq!(to(&rs, dst), dnat_to("10.180.0.2:8080"), "{dst}");
@@ -136,4 +143,68 @@ fn with_the_fast_path_a_forwarded_service_connection_is_offloaded_once_establish
 /// A model without Services: only the scaffold (and the fast path's flowtable and rule).
 fn synth_free_model() -> verdict_model::ProxyModel {
     build_model(ProxyConfig::default(), "n1", None, &[], &[], &[]).model
+}
+
+/// iptables mode's defaults kept: every local address, localhost NodePorts, the INVALID drop.
+fn iptables_mode(endpoints: bool) -> Ruleset {
+    let config = ProxyConfig {
+        nodeport_addresses: NodePortAddresses::all(),
+        localhost_nodeports: true,
+        drop_ct_invalid: true,
+        ..Default::default()
+    };
+    table_with(config, endpoints)
+}
+
+fn from(rs: &Ruleset, src: &str, dst: &str) -> Explanation {
+    let packet = Packet {
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        protocol: Protocol::Tcp,
+        dport: 30080,
+        in_interface: None,
+    };
+    explain(rs, &packet, &host())
+}
+
+#[test]
+fn localhost_nodeports_answer_the_nodes_own_connections_masqueraded() {
+    let rs = iptables_mode(true);
+    for src in ["127.0.0.1", "192.168.0.2"] {
+        let e = from(&rs, src, "127.0.0.1");
+        assert!(e.from_node, "{src}: the node's own connection");
+        assert_eq!(e.summary(), dnat_to("10.180.0.2:8080"), "{src}:\n{e}");
+        assert!(e.to_string().contains("nat-output: ip daddr 127.0.0.0/8"), "the output hook's rule acts:\n{e}");
+    }
+    assert_eq!(from(&rs, "127.0.0.1", "127.0.0.9").summary(), dnat_to("10.180.0.2:8080"), "all of 127.0.0.0/8");
+    // The other node addresses still answer, from anywhere.
+    assert_eq!(to(&rs, "192.168.9.9"), dnat_to("10.180.0.2:8080"));
+}
+
+#[test]
+fn loopback_from_the_network_is_dropped_before_dnat() {
+    let rs = iptables_mode(true);
+    let e = from(&rs, "203.0.113.7", "127.0.0.1");
+    assert_eq!(e.summary(), Summary::Drop, "{e}");
+    assert!(e.to_string().contains("filter-prerouting-pre-dnat: iifname != \"lo\" ip daddr 127.0.0.0/8 drop"), "{e}");
+    // Without localhost NodePorts there is no guard, and nothing answers there either.
+    assert_eq!(to(&table(&["all"], true), "127.0.0.1"), Summary::NotHandled { masquerade: false });
+}
+
+#[test]
+fn a_localhost_nodeport_without_endpoints_is_rejected_as_on_other_addresses() {
+    let rs = iptables_mode(false);
+    assert_eq!(from(&rs, "127.0.0.1", "127.0.0.1").summary(), Summary::Reject);
+    assert_eq!(from(&rs, "192.168.0.2", "192.168.9.9").summary(), Summary::Reject, "the node to its own address");
+    assert_eq!(to(&rs, "192.168.9.9"), Summary::Reject);
+    // No localhost NodePorts: loopback is left alone.
+    let off = table(&["all"], false);
+    assert_eq!(from(&off, "127.0.0.1", "127.0.0.1").summary(), Summary::NotHandled { masquerade: false });
+}
+
+#[test]
+fn the_invalid_drop_leaves_new_connections_alone() {
+    let rs = iptables_mode(true);
+    assert!(text::listing(&rs).contains("ct state invalid drop comment"), "the rule is there");
+    assert_eq!(to(&rs, "192.168.0.2"), dnat_to("10.180.0.2:8080"), "a forwarded first packet is not INVALID");
 }

@@ -4,7 +4,7 @@
 
 use super::Sink;
 use super::counters::{self, Outcome};
-use super::matches::to_nodeport_address;
+use super::matches::nodeport_destinations;
 use super::names::{
     NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, REJECT_CHAIN, SERVICE_IPS, SERVICE_NODEPORTS, family_name,
 };
@@ -95,8 +95,9 @@ impl<'a> PortView<'a> {
         }
         let mut rules = vec![counters::count_address(Outcome::Accepted, self.family)];
         if self.port.node_port.is_some() {
-            let guard = to_nodeport_address(self.model, self.family);
-            rules.push(counters::count_node_port(Outcome::Accepted, self.family, guard));
+            for guard in nodeport_destinations(self.model, self.family) {
+                rules.push(counters::count_node_port(Outcome::Accepted, self.family, guard));
+            }
         }
         rules
     }

@@ -2,7 +2,9 @@
 //! priority contract, the dispatch chains, and the sets they consult.
 
 use super::counters::{self, Outcome};
-use super::matches::{not_loopback, pod_item, to_nodeport_address};
+use super::matches::{
+    nodeport_destinations, not_from_loopback, not_loopback, pod_item, to_localhost, to_nodeport_address,
+};
 use super::names::*;
 use super::{addr_key, addr_vmap, port_vmap};
 use crate::rule::build::*;
@@ -71,16 +73,17 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     }
 
     let new_jump = |to: &str| Rule::new(vec![ct_state_new(), jump(to)]);
-    chain(
-        rs,
-        Chain::base(
-            FILTER_PREROUTING_PRE_DNAT,
-            ChainKind::Filter,
-            Hook::Prerouting,
-            PRE_DNAT,
-            vec![new_jump(FIREWALL_CHECK)],
-        ),
-    );
+    let localhost = model.config.localhost_nodeports && families.contains(&IpFamily::V4);
+    let mut prerouting = Vec::new();
+    if localhost {
+        // route_localnet (which localhost NodePorts need) lets the kernel route packets to
+        // 127.0.0.0/8 that arrive from the network: before anything else, only the node's own
+        // (which come back in over loopback) may reach a NodePort or a local socket there.
+        let guard = Rule::new(vec![not_from_loopback(), to_localhost(), verdict(crate::ruleset::Verdict::Drop)]);
+        prerouting.push(guard.comment("127.0.0.0/8 only from the node itself (CVE-2020-8558)"));
+    }
+    prerouting.push(new_jump(FIREWALL_CHECK));
+    chain(rs, Chain::base(FILTER_PREROUTING_PRE_DNAT, ChainKind::Filter, Hook::Prerouting, PRE_DNAT, prerouting));
     chain(
         rs,
         Chain::base(FILTER_OUTPUT_PRE_DNAT, ChainKind::Filter, Hook::Output, PRE_DNAT, vec![new_jump(FIREWALL_CHECK)]),
@@ -89,7 +92,17 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
         rs,
         Chain::base(NAT_PREROUTING, ChainKind::Nat, Hook::Prerouting, DSTNAT, vec![Rule::new(vec![jump(SERVICES)])]),
     );
-    chain(rs, Chain::base(NAT_OUTPUT, ChainKind::Nat, Hook::Output, DSTNAT, vec![Rule::new(vec![jump(SERVICES)])]));
+    let mut nat_output = vec![Rule::new(vec![jump(SERVICES)])];
+    if localhost {
+        // Only here, in the output hook: connections the node opens to 127.0.0.0/8. Their
+        // source (127.0.0.1) is masqueraded like any NodePort's, so the endpoint can answer.
+        let rule = Rule::new(vec![
+            to_localhost(),
+            vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(SERVICE_NODEPORTS, IpFamily::V4)),
+        ]);
+        nat_output.push(rule.comment("localhost NodePorts"));
+    }
+    chain(rs, Chain::base(NAT_OUTPUT, ChainKind::Nat, Hook::Output, DSTNAT, nat_output));
     chain(
         rs,
         Chain::base(
@@ -102,7 +115,12 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     );
     let input = vec![new_jump(NODEPORT_ENDPOINTS_CHECK), new_jump(SERVICE_ENDPOINTS_CHECK)];
     chain(rs, Chain::base(FILTER_INPUT, ChainKind::Filter, Hook::Input, FILTER, input));
-    let forward = vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)];
+    let mut forward = Vec::new();
+    if model.config.drop_ct_invalid {
+        let rule = Rule::new(vec![ct_state_invalid(), verdict(crate::ruleset::Verdict::Drop)]);
+        forward.push(rule.comment("conntrack INVALID (iptables mode's KUBE-FORWARD)"));
+    }
+    forward.extend([new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)]);
     chain(rs, Chain::base(FILTER_FORWARD, ChainKind::Filter, Hook::Forward, FILTER, forward));
     let output = vec![new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)];
     chain(rs, Chain::base(FILTER_OUTPUT, ChainKind::Filter, Hook::Output, FILTER, output));
@@ -147,20 +165,23 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     };
     chain(rs, Chain::regular(FIREWALL_CHECK, vmaps(FIREWALL_IPS)));
     chain(rs, Chain::regular(SERVICE_ENDPOINTS_CHECK, vmaps(NO_ENDPOINT_SERVICES)));
-    let nodeport_checks = families
-        .iter()
-        .map(|&f| {
-            // Only the input hook jumps here: the destination is local already, so upstream
-            // leaves out the `fib` test and keeps the loopback exclusion.
-            let mut rule = if model.config.nodeport_addresses.all_local(f) {
-                vec![not_loopback(f)]
-            } else {
-                to_nodeport_address(model, f)
-            };
+    let mut nodeport_checks = Vec::new();
+    for &f in families {
+        // Only the input hook jumps here: the destination is local already, so upstream
+        // leaves out the `fib` test and keeps the loopback exclusion; localhost NodePorts
+        // (which reach input over loopback) are a rule of their own.
+        let mut destinations = match model.config.nodeport_addresses.all_local(f) {
+            true => vec![vec![not_loopback(f)]],
+            false => vec![to_nodeport_address(model, f)],
+        };
+        if f == IpFamily::V4 && localhost {
+            destinations.push(vec![to_localhost()]);
+        }
+        for mut rule in destinations {
             rule.push(vmap(&[Selector::L4Proto, Selector::ThDport], &family_name(NO_ENDPOINT_NODEPORTS, f)));
-            Rule::new(rule)
-        })
-        .collect();
+            nodeport_checks.push(Rule::new(rule));
+        }
+    }
     chain(rs, Chain::regular(NODEPORT_ENDPOINTS_CHECK, nodeport_checks));
 
     let mut cluster_ips_check = Vec::new();
@@ -189,7 +210,9 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
             }
             // Only no-endpoint elements lead here: a hit is a rejected connection.
             reject.push(counters::count_address(Outcome::Rejected, f));
-            reject.push(counters::count_node_port(Outcome::Rejected, f, to_nodeport_address(model, f)));
+            for guard in nodeport_destinations(model, f) {
+                reject.push(counters::count_node_port(Outcome::Rejected, f, guard));
+            }
         }
     }
     reject.push(Rule::new(vec![stmt(Stmt::Reject(Reject::PortUnreachable))]));

@@ -124,3 +124,74 @@ fn a_flowtable_is_created_bare_keeps_the_kernels_devices_and_goes_with_its_rule(
     let delete = ops.iter().position(|o| o == "delete flowtable fastpath").expect("deleted");
     assert!(flush < delete, "the rule that names it goes first: {ops:?}");
 }
+
+/// The rules iptables mode's kept behaviours add, as nft prints them.
+const KEPT_RULES: [(&str, &str); 4] = [
+    (
+        names::FILTER_PREROUTING_PRE_DNAT,
+        "iifname != \"lo\" ip daddr 127.0.0.0/8 drop comment \"127.0.0.0/8 only from the node itself (CVE-2020-8558)\"",
+    ),
+    (
+        names::NAT_OUTPUT,
+        "ip daddr 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports comment \"localhost NodePorts\"",
+    ),
+    (names::FILTER_FORWARD, "ct state invalid drop comment \"conntrack INVALID (iptables mode's KUBE-FORWARD)\""),
+    (names::NODEPORT_ENDPOINTS_CHECK, "ip daddr 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports"),
+];
+
+fn kept(m: &ProxyModel) -> ProxyModel {
+    let mut m = m.clone();
+    m.config.localhost_nodeports = true;
+    m.config.drop_ct_invalid = true;
+    m
+}
+
+#[test]
+fn kept_behaviours_add_their_rules_which_read_back_unchanged() {
+    let plain_model = model(50);
+    let plain = render(&plain_model, &RenderOptions::default());
+    let rs = render(&kept(&plain_model), &RenderOptions::default());
+    for (chain, rule) in KEPT_RULES {
+        let texts: Vec<String> = rs.chains[chain].rules.iter().map(crate::text::rule_text).collect();
+        assert!(texts.iter().any(|t| t == rule), "{chain} lacks {rule}: {texts:?}");
+        let plain_texts: Vec<String> = plain.chains[chain].rules.iter().map(crate::text::rule_text).collect();
+        assert!(!plain_texts.iter().any(|t| t == rule), "{chain} has {rule} without the options");
+    }
+    // Before anything else: the guard before the firewall, the INVALID drop before the checks.
+    for chain in [names::FILTER_PREROUTING_PRE_DNAT, names::FILTER_FORWARD] {
+        assert_eq!(rs.chains[chain].rules.len(), plain.chains[chain].rules.len() + 1);
+        assert_eq!(rs.chains[chain].rules[1..], plain.chains[chain].rules[..], "{chain}: first, the rest unchanged");
+    }
+    for chain in rs.chains.values() {
+        for rule in &chain.rules {
+            assert_eq!(
+                crate::raise::raise(&crate::lower::lower(rule)).unwrap(),
+                *rule,
+                "{}",
+                crate::text::rule_text(rule)
+            );
+        }
+    }
+    // Switching them on is a handful of rules, not a rewrite.
+    let plan = crate::diff(Some(&plain), &rs);
+    let ops: Vec<String> = plan.transaction.ops.iter().map(|o| o.describe()).collect();
+    assert!(ops.iter().all(|o| !o.contains("element")), "no element changes: {ops:?}");
+}
+
+#[test]
+fn localhost_nodeports_are_ipv4_only_and_counted_like_other_nodeports() {
+    let mut m = kept(&model(50));
+    m.config.service_counters = verdict_model::ServiceCounters::All;
+    let rs = render(&m, &RenderOptions::default());
+    let listing = crate::text::listing(&rs);
+    assert!(!listing.contains("daddr ::1"), "nothing for IPv6 loopback:\n{listing}");
+    let reject: Vec<String> = rs.chains[names::REJECT_CHAIN].rules.iter().map(crate::text::rule_text).collect();
+    assert!(
+        reject.iter().any(|r| r == "ip daddr 127.0.0.0/8 meta l4proto . th dport @rejected-nodeports"),
+        "a localhost NodePort without endpoints is counted as rejected: {reject:?}"
+    );
+    // Only the node's own connections are DNATed to 127.0.0.0/8: prerouting's dispatch keeps
+    // its loopback exclusion.
+    let services: Vec<String> = rs.chains[names::SERVICES].rules.iter().map(crate::text::rule_text).collect();
+    assert!(services.iter().all(|r| !r.contains("ip daddr 127.0.0.0/8 ")), "{services:?}");
+}
