@@ -46,7 +46,11 @@ pub const FLAGS: &[Entry] = &[
     ),
     ("--boot-id-file", NoEffect, "cadvisor's, registered by kube-proxy; verdict reads CPUs itself"),
     ("--cleanup", Honoured, "deletes verdict's table and kube-proxy's leftovers (all modes), then exits"),
-    ("--cluster-cidr", Honoured, "pod networks, one per family"),
+    (
+        "--cluster-cidr",
+        Honoured,
+        "pod networks, one per family, comma-separated: one string, as upstream's (given twice, the last wins)",
+    ),
     ("--config", Honoured, "v1alpha1 KubeProxyConfiguration; see the fields below"),
     (
         "--config-sync-period",
@@ -64,7 +68,7 @@ pub const FLAGS: &[Entry] = &[
     (
         "--feature-gates",
         NoEffect,
-        "`Name=bool` pairs are checked; verdict has no gates (every Service behaviour it implements is on), so each gate gets one warning",
+        "`Name=bool` pairs are checked (given twice, the gates merge); verdict has no gates (every Service behaviour it implements is on), so each gate gets one warning",
     ),
     ("--healthz-bind-address", Honoured, "empty turns the server off"),
     ("--healthz-port", Honoured, "deprecated upstream; 0 turns the server off"),
@@ -82,7 +86,11 @@ pub const FLAGS: &[Entry] = &[
     ("--iptables-masquerade-bit", Honoured, "the masquerade bit when the mode is iptables, ipvs or empty"),
     ("--iptables-min-sync-period", Honoured, "the minimum sync period unless the mode is ipvs"),
     ("--iptables-sync-period", Honoured, "the sync period unless the mode is ipvs"),
-    ("--ipvs-exclude-cidrs", NoEffect, "verdict removes only kube-proxy's IPVS leftovers"),
+    (
+        "--ipvs-exclude-cidrs",
+        NoEffect,
+        "verdict removes only kube-proxy's IPVS leftovers (a list: given twice, the values add up, as upstream's)",
+    ),
     ("--ipvs-min-sync-period", Honoured, "the minimum sync period when the mode is ipvs"),
     ("--ipvs-scheduler", NoEffect, "verdict balances as nftables mode does (random, per connection)"),
     ("--ipvs-strict-arp", NoEffect, "no IPVS dummy interface, no ARP to answer"),
@@ -116,7 +124,7 @@ pub const FLAGS: &[Entry] = &[
     (
         "--nodeport-addresses",
         Honoured,
-        "`primary` (default), `all` (every local address, also ones added later: `fib daddr type local`), CIDRs, or keywords and CIDRs mixed",
+        "`primary` (default), `all` (every local address, also ones added later: `fib daddr type local`), CIDRs, or keywords and CIDRs mixed; given twice, the values add up (pflag's `stringSlice`)",
     ),
     ("--oom-score-adj", Honoured, "written to /proc/self/oom_score_adj at start (-999 by default)"),
     ("--pod-bridge-interface", Honoured, "for BridgeInterface"),
@@ -128,7 +136,7 @@ pub const FLAGS: &[Entry] = &[
         "`nftables`; `iptables`, `ipvs` and empty run verdict in their place, with their settings (one log line says so); anything else exits 64",
     ),
     ("--show-hidden-metrics-for-version", NoEffect, "verdict hides no metric"),
-    ("--v", Honoured, "the log level: 0-3 info, 4 debug, 5 and more trace (`RUST_LOG` wins)"),
+    ("--v", Honoured, "the log level: 0-3 info, 4 debug, 5 and more trace (`RUST_LOG` wins); `-v` is the same flag"),
     ("--version", Different, "prints verdict's version (`=raw`: with platform), not Kubernetes'"),
     ("--vmodule", NoEffect, "klog's per-file levels; `RUST_LOG` does this for verdict"),
     ("--write-config-to", Honoured, "writes the configuration in effect, defaults filled in, and exits"),
@@ -263,7 +271,9 @@ pub fn markdown() -> String {
     out.push_str(&format!(
         "With `--config`, kube-proxy's flags that set configuration fields are {IGNORED_WITH_CONFIG}; \
          `--hostname-override`, the logging flags, `--master`, `--cleanup`, `--init-only` and \
-         `--write-config-to` still apply, and so do verdict's own flags.\n"
+         `--write-config-to` still apply, and so do verdict's own flags. A flag given twice keeps its \
+         last value, as pflag does, but for `--nodeport-addresses`, `--ipvs-exclude-cidrs`, \
+         `--feature-gates` and `--vmodule`, whose values add up.\n"
     ));
     table(&mut out, "flag", FLAGS);
     table(&mut out, "configuration field", CONFIG_FIELDS);

@@ -175,6 +175,81 @@ fn kube_proxys_flags_are_honoured_without_a_config_file() {
 }
 
 #[test]
+fn a_flag_given_twice_is_read_as_pflag_reads_it() {
+    let (code, stderr, c) = written(&[
+        "-v",
+        "2",
+        "--v=4",
+        "--proxy-mode=ipvs",
+        "--proxy-mode=nftables",
+        "--cluster-cidr=10.1.0.0/16,fd00:1::/64",
+        "--cluster-cidr=10.2.0.0/16",
+        "--conntrack-min=5",
+        "--conntrack-min",
+        "6",
+        "--conntrack-tcp-timeout-established=1h",
+        "--conntrack-tcp-timeout-established=2h",
+        "--masquerade-all",
+        "--masquerade-all=false",
+        "--kube-api-qps=1",
+        "--kube-api-qps=7.5",
+        "--hostname-override=first",
+        "--hostname-override=second",
+        "--nodeport-addresses=10.0.0.0/8",
+        "--nodeport-addresses=192.168.0.0/16,172.16.0.0/12",
+        "--ipvs-exclude-cidrs=10.3.0.0/16",
+        "--ipvs-exclude-cidrs=10.4.0.0/16",
+        "--feature-gates=A=true,B=true",
+        "--feature-gates=A=false",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // Scalars: the last value.
+    assert_eq!(c["logging"]["verbosity"], 4);
+    assert_eq!(c["mode"], "nftables");
+    assert_eq!(c["clusterCIDR"], "10.2.0.0/16", "a string upstream, not a list");
+    assert_eq!(c["conntrack"]["min"], 6);
+    assert_eq!(c["conntrack"]["tcpEstablishedTimeout"], "2h");
+    assert_eq!(c["nftables"]["masqueradeAll"], false);
+    assert_eq!(c["clientConnection"]["qps"], 7.5);
+    assert_eq!(c["hostnameOverride"], "second");
+    // stringSlice: values add up; mapStringBool: gates merge, the last value of a gate wins.
+    assert_eq!(c["nodePortAddresses"], serde_json::json!(["10.0.0.0/8", "192.168.0.0/16", "172.16.0.0/12"]));
+    assert_eq!(c["ipvs"]["excludeCIDRs"], serde_json::json!(["10.3.0.0/16", "10.4.0.0/16"]));
+    assert_eq!(c["featureGates"], serde_json::json!({"A": false, "B": true}));
+}
+
+#[test]
+fn verdicts_own_flags_given_twice_keep_the_last_value_and_its_lists_add_up() {
+    let dir = std::env::temp_dir().join(format!("verdict-twice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("node.yaml"), "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n").unwrap();
+    let render = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(["render", "--hostname-override", "node1", "--manifests", "/nonexistent", "--manifests"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = render(&["--table", "first", "--table", "second", "--masquerade-bit", "3", "--masquerade-bit=5"]);
+    // A list adds up: the bad pattern is refused whether it comes first or last.
+    let lists = [
+        render(&["--flowtable-interfaces=ve*th", "--flowtable-interfaces=eth0"]),
+        render(&["--flowtable-interfaces=eth0", "--flowtable-interfaces=ve*th"]),
+    ];
+    let _ = std::fs::remove_dir_all(&dir);
+    let (table, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(table.contains("table inet second") && !table.contains("table inet first"), "{table}");
+    assert!(table.contains("0x00000020") && !table.contains("0x00000008"), "mark bit 5: {table}");
+    for out in lists {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(stderr.contains("--flowtable-interfaces") && stderr.contains("ve*th"), "{stderr}");
+    }
+}
+
+#[test]
 fn the_mode_picks_the_section_and_its_flags() {
     let (code, stderr, c) = written(&["--proxy-mode=ipvs", "--ipvs-sync-period=9s", "--iptables-sync-period=3s"]);
     assert_eq!(code, 0, "{stderr}");

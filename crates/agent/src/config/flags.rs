@@ -26,7 +26,7 @@ pub struct RunFlags<'a> {
 pub fn given_field_flags(rules: &RulesArgs, run: &RunFlags) -> Vec<&'static str> {
     let u = run.upstream.cloned().unwrap_or_default();
     let given = [
-        ("--cluster-cidr", !rules.cluster_cidr.is_empty()),
+        ("--cluster-cidr", rules.cluster_cidr.is_some()),
         ("--nodeport-addresses", !rules.nodeport_addresses.is_empty()),
         ("--masquerade-all", rules.masquerade_all.is_some()),
         ("--detect-local-mode", rules.detect_local_mode.is_some()),
@@ -89,9 +89,7 @@ pub fn overlay_always(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &R
 /// Every flag, over a configuration already defaulted (no `--config`).
 pub fn overlay_all(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &RunFlags) {
     overlay_always(c, rules, run);
-    if !rules.cluster_cidr.is_empty() {
-        c.cluster_cidr = Some(rules.cluster_cidr.join(","));
-    }
+    set(&mut c.cluster_cidr, &rules.cluster_cidr);
     if !rules.nodeport_addresses.is_empty() {
         c.node_port_addresses = Some(rules.nodeport_addresses.clone());
     }

@@ -150,7 +150,8 @@ impl RulesConfig {
         }
         let detect_local = detect_local(&s.detect_local)?;
         let mut service_cidrs = Vec::new();
-        for raw in args.service_cluster_ip_range.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let ranges = args.service_cluster_ip_range.as_deref().unwrap_or_default();
+        for raw in ranges.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             service_cidrs.push(
                 Cidr::parse_tolerant(raw)
                     .ok_or_else(|| bad(format!("--service-cluster-ip-range {raw:?} is not a CIDR")))?,
