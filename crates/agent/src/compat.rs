@@ -72,7 +72,7 @@ pub const FLAGS: &[Entry] = &[
     ),
     ("--healthz-bind-address", Honoured, "empty turns the server off"),
     ("--healthz-port", Honoured, "deprecated upstream; 0 turns the server off"),
-    ("--hostname-override", Honoured, "wins over the file's hostnameOverride, as upstream"),
+    ("--hostname-override", Honoured, "wins over the file's hostnameOverride, trimmed and lower-cased, as upstream"),
     (
         "--init-only",
         Honoured,
@@ -139,7 +139,11 @@ pub const FLAGS: &[Entry] = &[
     ("--v", Honoured, "the log level: 0-3 info, 4 debug, 5 and more trace (`RUST_LOG` wins); `-v` is the same flag"),
     ("--version", Different, "prints verdict's version (`=raw`: with platform), not Kubernetes'"),
     ("--vmodule", NoEffect, "klog's per-file levels; `RUST_LOG` does this for verdict"),
-    ("--write-config-to", Honoured, "writes the configuration in effect, defaults filled in, and exits"),
+    (
+        "--write-config-to",
+        Honoured,
+        "writes the configuration in effect and exits, as upstream writes it: upstream's fields only (not verdict's `nftables.flowtableInterfaces`), defaults filled in, an empty `mode` `iptables`, an empty `detectLocalMode` `ClusterCIDR`, nftables mode's empty `nodePortAddresses` `[primary]`; `--healthz-port`/`--metrics-port` are not applied to the file, as upstream",
+    ),
 ];
 
 /// kube-proxy's configuration fields (v1alpha1). A zero value means upstream's default.

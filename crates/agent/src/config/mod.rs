@@ -424,3 +424,6 @@ impl RunConfig {
 pub fn write_config(effective: &Effective, path: &std::path::Path) -> std::io::Result<()> {
     write::write(&effective.config, path)
 }
+
+#[cfg(test)]
+mod tests;
