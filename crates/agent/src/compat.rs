@@ -1,5 +1,5 @@
 //! verdict against kube-proxy, entry by entry: every flag of `kube-proxy --help` (Linux), every
-//! field of its v1alpha1 configuration and every metric it serves, each honoured, accepted
+//! field of its v1alpha1 configuration, the labels it reads and every metric it serves, each honoured, accepted
 //! without effect, or different, with why. docs/operations.md shows [`markdown`]'s output, and
 //! the tests below hold the table to the code (every flag parses, every field is read without
 //! a warning) and to upstream's lists in `crates/agent/tests/fixtures/upstream/`.
@@ -218,6 +218,22 @@ pub const CONFIG_FIELDS: &[Entry] = &[
     ("winkernel.sourceVip", NoEffect, "Windows only"),
 ];
 
+/// The labels kube-proxy reads on Services, EndpointSlices and Nodes.
+pub const LABELS: &[Entry] = &[
+    ("kubernetes.io/service-name", Honoured, "an EndpointSlice's Service"),
+    (
+        "service.kubernetes.io/headless",
+        Honoured,
+        "any value: the Service and its EndpointSlices are not proxied, from an API server (the watch's label selector, as upstream's informers) and from a manifests directory (`run --manifests`, `render`, `explain`) alike",
+    ),
+    (
+        "service.kubernetes.io/service-proxy-name",
+        Honoured,
+        "any value: the Service is another proxy's, not proxied (as the headless label)",
+    ),
+    ("topology.kubernetes.io/zone", Honoured, "the Node's zone, for topology hints"),
+];
+
 /// kube-proxy's metrics.
 pub const METRICS: &[Entry] = &[
     ("kubeproxy_conntrack_reconciler_deleted_entries_total", Honoured, "stale UDP flows deleted"),
@@ -268,7 +284,7 @@ fn table(out: &mut String, title: &str, rows: &[Entry]) {
     }
 }
 
-/// The three tables as docs/operations.md shows them.
+/// The tables as docs/operations.md shows them.
 pub fn markdown() -> String {
     let mut out = String::new();
     out.push_str("Generated from `crates/agent/src/compat.rs` and checked against it by its tests.\n");
@@ -281,6 +297,7 @@ pub fn markdown() -> String {
     ));
     table(&mut out, "flag", FLAGS);
     table(&mut out, "configuration field", CONFIG_FIELDS);
+    table(&mut out, "label", LABELS);
     table(&mut out, "metric", METRICS);
     out
 }
