@@ -137,7 +137,9 @@ pub enum CountersMode {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// A kubeconfig file. Without one, `--master` names the API server and the pod's service
-    /// account authenticates; the `kubernetes` Service's ClusterIP is never used to reach it.
+    /// account authenticates; with neither, in-cluster configuration, as kube-proxy (the
+    /// `kubernetes` Service's ClusterIP, reachable only while a proxy serves it: a warning says
+    /// so).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// The API server's real address (e.g. `https://10.0.0.10:6443`), overriding the
