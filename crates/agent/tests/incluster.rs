@@ -1,8 +1,8 @@
 //! In-cluster configuration, as kube-proxy falls back to it with neither `--kubeconfig` nor
 //! `--master`: the API server at `KUBERNETES_SERVICE_HOST`:`KUBERNETES_SERVICE_PORT` over
 //! HTTPS, its certificate checked against the service account's `ca.crt`, the account's token
-//! sent; one warning says why a real address is better. Root only (the agent programs its
-//! table in the lab's namespace).
+//! sent; one warning says why a real address is better (root only: the agent programs its
+//! table in the lab's namespace). Outside a pod, exit 64 with client-go's line.
 
 use std::path::Path;
 use std::time::Duration;
@@ -39,6 +39,64 @@ fn cluster(lab: &ApiLab) {
     lab.server.apply(node("n1", "192.168.0.2"));
     lab.server.apply(service("ns1", "web", "172.30.0.10", 80));
     lab.server.apply(slice("ns1", "web", &["10.0.1.1".to_string()], None));
+}
+
+/// An environment variable, set (`Some`) or removed.
+type Var<'a> = (&'a str, Option<&'a str>);
+
+/// `verdict ARGS` with the pod's variables set or removed (removed unless given, so that the
+/// test's own environment, a CI pod's, decides nothing); in a network namespace of its own
+/// when root, so that a case that wrongly passes validation touches nothing of the host's.
+fn verdict_in(args: &[&str], env: &[Var]) -> (i32, String) {
+    let mut cmd = match nix::unistd::geteuid().is_root() {
+        true => {
+            let mut c = std::process::Command::new("unshare");
+            c.arg("-n").arg(env!("CARGO_BIN_EXE_verdict"));
+            c
+        }
+        false => std::process::Command::new(env!("CARGO_BIN_EXE_verdict")),
+    };
+    for name in ["KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "VERDICT_SERVICE_ACCOUNT_DIR"] {
+        cmd.env_remove(name);
+    }
+    for (name, value) in env {
+        match value {
+            Some(v) => cmd.env(name, v),
+            None => cmd.env_remove(name),
+        };
+    }
+    let out = cmd.args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn without_a_kubeconfig_or_master_in_cluster_configuration_needs_the_pods_variables() {
+    let not_in_cluster =
+        "unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be defined";
+    let cases: [(&[Var], &str); 4] = [
+        (&[], "(KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT not set)"),
+        (&[("KUBERNETES_SERVICE_HOST", Some("10.96.0.1"))], "(KUBERNETES_SERVICE_PORT not set)"),
+        (
+            &[("KUBERNETES_SERVICE_HOST", Some("")), ("KUBERNETES_SERVICE_PORT", Some("443"))],
+            "(KUBERNETES_SERVICE_HOST not set)",
+        ),
+        (
+            &[
+                ("KUBERNETES_SERVICE_HOST", Some("10.96.0.1")),
+                ("KUBERNETES_SERVICE_PORT", Some("443")),
+                ("VERDICT_SERVICE_ACCOUNT_DIR", Some("/nonexistent/serviceaccount")),
+            ],
+            "the service account token /nonexistent/serviceaccount/token",
+        ),
+    ];
+    for (env, needle) in cases {
+        let (code, stderr) = verdict_in(&["run", "--hostname-override", "n"], env);
+        assert_eq!(code, 64, "{env:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{env:?}: one line:\n{stderr}");
+        assert!(stderr.contains(needle), "{env:?}: {stderr}");
+        let named = if needle.contains("not set") { not_in_cluster } else { "unable to load in-cluster configuration" };
+        assert!(stderr.contains(named) && stderr.contains("set --master or --kubeconfig"), "{env:?}: {stderr}");
+    }
 }
 
 #[test]
