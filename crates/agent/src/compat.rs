@@ -71,7 +71,11 @@ pub const FLAGS: &[Entry] = &[
         "`Name=bool` pairs are checked (given twice, the gates merge); verdict has no gates (every Service behaviour it implements is on), so each gate gets one warning",
     ),
     ("--healthz-bind-address", Honoured, "empty turns the server off"),
-    ("--healthz-port", Honoured, "deprecated upstream; 0 turns the server off"),
+    (
+        "--healthz-port",
+        Honoured,
+        "deprecated upstream; 0 turns the server off (not in `--write-config-to`'s file, as upstream)",
+    ),
     ("--hostname-override", Honoured, "wins over the file's hostnameOverride, trimmed and lower-cased, as upstream"),
     (
         "--init-only",
@@ -124,7 +128,11 @@ pub const FLAGS: &[Entry] = &[
         "the API server's real address; without a kubeconfig the pod's service account authenticates (upstream sends no credentials)",
     ),
     ("--metrics-bind-address", Honoured, "empty turns the server off"),
-    ("--metrics-port", Honoured, "deprecated upstream; 0 turns the server off"),
+    (
+        "--metrics-port",
+        Honoured,
+        "deprecated upstream; 0 turns the server off (not in `--write-config-to`'s file, as upstream)",
+    ),
     (
         "--nodeport-addresses",
         Honoured,
