@@ -1,5 +1,5 @@
 //! verdict against kube-proxy, entry by entry: every flag of `kube-proxy --help` (Linux), every
-//! field of its v1alpha1 configuration and every metric it serves, each honoured, accepted
+//! field of its v1alpha1 configuration, the labels it reads and every metric it serves, each honoured, accepted
 //! without effect, or different, with why. docs/operations.md shows [`markdown`]'s output, and
 //! the tests below hold the table to the code (every flag parses, every field is read without
 //! a warning) and to upstream's lists in `crates/agent/tests/fixtures/upstream/`.
@@ -46,7 +46,11 @@ pub const FLAGS: &[Entry] = &[
     ),
     ("--boot-id-file", NoEffect, "cadvisor's, registered by kube-proxy; verdict reads CPUs itself"),
     ("--cleanup", Honoured, "deletes verdict's table and kube-proxy's leftovers (all modes), then exits"),
-    ("--cluster-cidr", Honoured, "pod networks, one per family"),
+    (
+        "--cluster-cidr",
+        Honoured,
+        "pod networks, one per family, comma-separated: one string, as upstream's (given twice, the last wins)",
+    ),
     ("--config", Honoured, "v1alpha1 KubeProxyConfiguration; see the fields below"),
     (
         "--config-sync-period",
@@ -68,11 +72,15 @@ pub const FLAGS: &[Entry] = &[
     (
         "--feature-gates",
         Different,
-        "`Name=bool` pairs are checked; `KubeProxyNFTablesLocalhostNodePorts=false` ignores the `localhost` keyword in nftables mode (one warning; upstream's alpha gate is off by default, verdict's is on); every other gate gets one warning: verdict has no gates (every Service behaviour it implements is on)",
+        "`Name=bool` pairs are checked (given twice, the gates merge); `KubeProxyNFTablesLocalhostNodePorts=false` ignores the `localhost` keyword in nftables mode (one warning; upstream's alpha gate is off by default, verdict's is on); every other gate gets one warning: verdict has no gates (every Service behaviour it implements is on)",
     ),
     ("--healthz-bind-address", Honoured, "empty turns the server off"),
-    ("--healthz-port", Honoured, "deprecated upstream; 0 turns the server off"),
-    ("--hostname-override", Honoured, "wins over the file's hostnameOverride, as upstream"),
+    (
+        "--healthz-port",
+        Honoured,
+        "deprecated upstream; 0 turns the server off (not in `--write-config-to`'s file, as upstream)",
+    ),
+    ("--hostname-override", Honoured, "wins over the file's hostnameOverride, trimmed and lower-cased, as upstream"),
     (
         "--init-only",
         Honoured,
@@ -86,7 +94,11 @@ pub const FLAGS: &[Entry] = &[
     ("--iptables-masquerade-bit", Honoured, "the masquerade bit when the mode is iptables, ipvs or empty"),
     ("--iptables-min-sync-period", Honoured, "the minimum sync period unless the mode is ipvs"),
     ("--iptables-sync-period", Honoured, "the sync period unless the mode is ipvs"),
-    ("--ipvs-exclude-cidrs", NoEffect, "verdict removes only kube-proxy's IPVS leftovers"),
+    (
+        "--ipvs-exclude-cidrs",
+        NoEffect,
+        "verdict removes only kube-proxy's IPVS leftovers (a list: given twice, the values add up, as upstream's)",
+    ),
     ("--ipvs-min-sync-period", Honoured, "the minimum sync period when the mode is ipvs"),
     ("--ipvs-scheduler", NoEffect, "verdict balances as nftables mode does (random, per connection)"),
     ("--ipvs-strict-arp", NoEffect, "no IPVS dummy interface, no ARP to answer"),
@@ -101,7 +113,11 @@ pub const FLAGS: &[Entry] = &[
     ),
     ("--kube-api-content-type", NoEffect, "verdict's client speaks JSON"),
     ("--kube-api-qps", Honoured, "client-go's token bucket: requests per second after the burst"),
-    ("--kubeconfig", Honoured, "the API server and credentials"),
+    (
+        "--kubeconfig",
+        Honoured,
+        "the API server and credentials; with neither it nor `--master`, in-cluster configuration, as upstream (one warning: its address is the `kubernetes` ClusterIP)",
+    ),
     ("--log-flush-frequency", NoEffect, "verdict writes each line at once"),
     ("--log-json-info-buffer-size", NoEffect, "klog's"),
     ("--log-json-split-stream", NoEffect, "klog's; verdict logs to stderr"),
@@ -113,14 +129,18 @@ pub const FLAGS: &[Entry] = &[
     (
         "--master",
         Honoured,
-        "the API server's real address; without a kubeconfig it is required (the `kubernetes` ClusterIP is never used)",
+        "the API server's real address; without a kubeconfig the pod's service account authenticates (upstream sends no credentials)",
     ),
     ("--metrics-bind-address", Honoured, "empty turns the server off"),
-    ("--metrics-port", Honoured, "deprecated upstream; 0 turns the server off"),
+    (
+        "--metrics-port",
+        Honoured,
+        "deprecated upstream; 0 turns the server off (not in `--write-config-to`'s file, as upstream)",
+    ),
     (
         "--nodeport-addresses",
         Honoured,
-        "`primary`, `all` (every local address, also ones added later: `fib daddr type local`), `localhost` (IPv4 127.0.0.0/8 for the node's own connections; ::1 is not served), CIDRs, or keywords and CIDRs mixed; a family with no CIDR in the list takes every address; unset: every local address in iptables and ipvs mode's place, `primary` in nftables mode, as upstream",
+        "`primary`, `all` (every local address, also ones added later: `fib daddr type local`), `localhost` (IPv4 127.0.0.0/8 for the node's own connections; ::1 is not served), CIDRs, or keywords and CIDRs mixed; a family with no CIDR in the list takes every address; unset: every local address in iptables and ipvs mode's place, `primary` in nftables mode, as upstream; given twice, the values add up (pflag's `stringSlice`)",
     ),
     ("--oom-score-adj", Honoured, "written to /proc/self/oom_score_adj at start (-999 by default)"),
     ("--pod-bridge-interface", Honoured, "for BridgeInterface"),
@@ -132,10 +152,14 @@ pub const FLAGS: &[Entry] = &[
         "`nftables`; `iptables`, `ipvs` and empty run verdict in their place, with their settings and the behaviours of theirs that nftables mode lacks (a log line names them); anything else exits 64",
     ),
     ("--show-hidden-metrics-for-version", NoEffect, "verdict hides no metric"),
-    ("--v", Honoured, "the log level: 0-3 info, 4 debug, 5 and more trace (`RUST_LOG` wins)"),
+    ("--v", Honoured, "the log level: 0-3 info, 4 debug, 5 and more trace (`RUST_LOG` wins); `-v` is the same flag"),
     ("--version", Different, "prints verdict's version (`=raw`: with platform), not Kubernetes'"),
     ("--vmodule", NoEffect, "klog's per-file levels; `RUST_LOG` does this for verdict"),
-    ("--write-config-to", Honoured, "writes the configuration in effect, defaults filled in, and exits"),
+    (
+        "--write-config-to",
+        Honoured,
+        "writes the configuration in effect and exits, as upstream writes it: upstream's fields only (not verdict's `nftables.flowtableInterfaces`), defaults filled in, an empty `mode` `iptables`, an empty `detectLocalMode` `ClusterCIDR`, nftables mode's empty `nodePortAddresses` `[primary]`; `--healthz-port`/`--metrics-port` are not applied to the file, as upstream",
+    ),
 ];
 
 /// kube-proxy's configuration fields (v1alpha1). A zero value means upstream's default.
@@ -145,7 +169,7 @@ pub const CONFIG_FIELDS: &[Entry] = &[
     ("clientConnection.acceptContentTypes", NoEffect, "JSON"),
     ("clientConnection.burst", Honoured, "as `--kube-api-burst` (0: 10)"),
     ("clientConnection.contentType", NoEffect, "JSON"),
-    ("clientConnection.kubeconfig", Honoured, "as `--kubeconfig`"),
+    ("clientConnection.kubeconfig", Honoured, "as `--kubeconfig` (empty, and no `--master`: in-cluster configuration)"),
     ("clientConnection.qps", Honoured, "as `--kube-api-qps` (0: 5)"),
     ("clusterCIDR", Honoured, "as `--cluster-cidr`"),
     ("configSyncPeriod", NoEffect, "as `--config-sync-period` (must be > 0 after defaults)"),
@@ -210,6 +234,22 @@ pub const CONFIG_FIELDS: &[Entry] = &[
     ("winkernel.sourceVip", NoEffect, "Windows only"),
 ];
 
+/// The labels kube-proxy reads on Services, EndpointSlices and Nodes.
+pub const LABELS: &[Entry] = &[
+    ("kubernetes.io/service-name", Honoured, "an EndpointSlice's Service"),
+    (
+        "service.kubernetes.io/headless",
+        Honoured,
+        "any value: the Service and its EndpointSlices are not proxied, from an API server (the watch's label selector, as upstream's informers) and from a manifests directory (`run --manifests`, `render`, `explain`) alike",
+    ),
+    (
+        "service.kubernetes.io/service-proxy-name",
+        Honoured,
+        "any value: the Service is another proxy's, not proxied (as the headless label)",
+    ),
+    ("topology.kubernetes.io/zone", Honoured, "the Node's zone, for topology hints"),
+];
+
 /// kube-proxy's metrics.
 pub const METRICS: &[Entry] = &[
     ("kubeproxy_conntrack_reconciler_deleted_entries_total", Honoured, "stale UDP flows deleted"),
@@ -268,17 +308,20 @@ fn table(out: &mut String, title: &str, rows: &[Entry]) {
     }
 }
 
-/// The three tables as docs/operations.md shows them.
+/// The tables as docs/operations.md shows them.
 pub fn markdown() -> String {
     let mut out = String::new();
     out.push_str("Generated from `crates/agent/src/compat.rs` and checked against it by its tests.\n");
     out.push_str(&format!(
         "With `--config`, kube-proxy's flags that set configuration fields are {IGNORED_WITH_CONFIG}; \
          `--hostname-override`, the logging flags, `--master`, `--cleanup`, `--init-only` and \
-         `--write-config-to` still apply, and so do verdict's own flags.\n"
+         `--write-config-to` still apply, and so do verdict's own flags. A flag given twice keeps its \
+         last value, as pflag does, but for `--nodeport-addresses`, `--ipvs-exclude-cidrs`, \
+         `--feature-gates` and `--vmodule`, whose values add up.\n"
     ));
     table(&mut out, "flag", FLAGS);
     table(&mut out, "configuration field", CONFIG_FIELDS);
+    table(&mut out, "label", LABELS);
     table(&mut out, "metric", METRICS);
     out
 }

@@ -1,5 +1,6 @@
 //! The Kubernetes client, and the Events verdict publishes about objects it cannot program.
 
+use crate::incluster::{InCluster, ServiceAccount};
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -7,27 +8,35 @@ use std::path::Path;
 use verdict_controller::sync::ProblemNotice;
 use verdict_model::ObjectKind;
 
-/// A client from a kubeconfig, or the pod's service account; `master` overrides the server;
-/// requests are limited to `qps` after a burst of `burst`, as client-go's are.
+/// A client from a kubeconfig, or the pod's service account with `--master`, or in-cluster
+/// configuration with neither (as kube-proxy falls back to it; `config` checked it and warned);
+/// `master` overrides the server; requests are limited to `qps` after a burst of `burst`, as
+/// client-go's are.
 pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>, qps: f64, burst: u32) -> Result<kube::Client> {
-    let mut config = match kubeconfig {
-        Some(path) => {
+    let mut config = match (kubeconfig, master) {
+        (Some(path), _) => {
             let kc =
                 kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .with_context(|| format!("using kubeconfig {}", path.display()))?
         }
-        // The pod's service account authenticates; `--master` (required here, see config)
-        // replaces the in-cluster address, which is the `kubernetes` Service's ClusterIP.
-        None => match kube::Config::incluster_dns() {
-            Ok(config) => config,
-            Err(e) => {
-                let m = master.context("no --kubeconfig and no --master")?;
-                tracing::info!("not in a pod ({e}): talking to {m} without service account credentials");
-                kube::Config::new(m.parse().with_context(|| format!("--master {m:?}"))?)
+        // The pod's service account authenticates at the real address `--master` names.
+        (None, Some(m)) => {
+            let account = ServiceAccount::at(None);
+            match account.check_token() {
+                Ok(()) => account.kube_config(m).await?,
+                Err(e) => {
+                    tracing::info!("no service account ({e}): talking to {m} without credentials");
+                    kube::Config::new(m.parse().with_context(|| format!("--master {m:?}"))?)
+                }
             }
-        },
+        }
+        (None, None) => {
+            let in_cluster = InCluster::from_env().map_err(anyhow::Error::msg)?;
+            tracing::info!(server = in_cluster.url, "in-cluster configuration");
+            in_cluster.account.kube_config(&in_cluster.url).await?
+        }
     };
     if let Some(m) = master {
         config.cluster_url = m.parse().with_context(|| format!("--master {m:?}"))?;

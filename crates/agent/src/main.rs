@@ -12,6 +12,7 @@ mod config;
 mod conntrack_sysctl;
 mod counters;
 mod http;
+mod incluster;
 mod kube;
 mod memory;
 mod notices;

@@ -156,8 +156,9 @@ fn the_base_renders_and_parses() {
     check_real_api_server(&r.daemonsets[0], &r.config_maps[0], "");
 }
 
-/// The agent reaches the API server at the address in the ConfigMap's `api-server` key, never
-/// through the `kubernetes` ClusterIP; `want` is the value the overlay sets.
+/// The agent reaches the API server at the address in the ConfigMap's `api-server` key, not
+/// through the `kubernetes` ClusterIP (left empty, in-cluster configuration is that ClusterIP,
+/// with a warning); `want` is the value the overlay sets.
 fn check_real_api_server(ds: &DaemonSet, cm: &ConfigMap, want: &str) {
     let c = &ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
     assert!(c.args.iter().flatten().any(|a| a == "--master=$(API_SERVER)"), "{:?}", c.args);

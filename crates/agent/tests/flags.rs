@@ -169,9 +169,84 @@ fn kube_proxys_flags_are_honoured_without_a_config_file() {
     assert_eq!(c["nftables"]["minSyncPeriod"], "500ms");
     assert_eq!(c["nftables"]["masqueradeAll"], true);
     assert_eq!(c["clusterCIDR"], "10.244.0.0/16");
-    assert_eq!(c["hostnameOverride"], "Node-A");
+    assert_eq!(c["hostnameOverride"], "node-a", "trimmed and lower-cased, as upstream's flag");
     assert_eq!(c["metricsBindAddress"], "0.0.0.0:9999");
     assert_eq!(c["healthzBindAddress"], "0.0.0.0:10256", "the default stays");
+}
+
+#[test]
+fn a_flag_given_twice_is_read_as_pflag_reads_it() {
+    let (code, stderr, c) = written(&[
+        "-v",
+        "2",
+        "--v=4",
+        "--proxy-mode=ipvs",
+        "--proxy-mode=nftables",
+        "--cluster-cidr=10.1.0.0/16,fd00:1::/64",
+        "--cluster-cidr=10.2.0.0/16",
+        "--conntrack-min=5",
+        "--conntrack-min",
+        "6",
+        "--conntrack-tcp-timeout-established=1h",
+        "--conntrack-tcp-timeout-established=2h",
+        "--masquerade-all",
+        "--masquerade-all=false",
+        "--kube-api-qps=1",
+        "--kube-api-qps=7.5",
+        "--hostname-override=first",
+        "--hostname-override=second",
+        "--nodeport-addresses=10.0.0.0/8",
+        "--nodeport-addresses=192.168.0.0/16,172.16.0.0/12",
+        "--ipvs-exclude-cidrs=10.3.0.0/16",
+        "--ipvs-exclude-cidrs=10.4.0.0/16",
+        "--feature-gates=A=true,B=true",
+        "--feature-gates=A=false",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // Scalars: the last value.
+    assert_eq!(c["logging"]["verbosity"], 4);
+    assert_eq!(c["mode"], "nftables");
+    assert_eq!(c["clusterCIDR"], "10.2.0.0/16", "a string upstream, not a list");
+    assert_eq!(c["conntrack"]["min"], 6);
+    assert_eq!(c["conntrack"]["tcpEstablishedTimeout"], "2h");
+    assert_eq!(c["nftables"]["masqueradeAll"], false);
+    assert_eq!(c["clientConnection"]["qps"], 7.5);
+    assert_eq!(c["hostnameOverride"], "second");
+    // stringSlice: values add up; mapStringBool: gates merge, the last value of a gate wins.
+    assert_eq!(c["nodePortAddresses"], serde_json::json!(["10.0.0.0/8", "192.168.0.0/16", "172.16.0.0/12"]));
+    assert_eq!(c["ipvs"]["excludeCIDRs"], serde_json::json!(["10.3.0.0/16", "10.4.0.0/16"]));
+    assert_eq!(c["featureGates"], serde_json::json!({"A": false, "B": true}));
+}
+
+#[test]
+fn verdicts_own_flags_given_twice_keep_the_last_value_and_its_lists_add_up() {
+    let dir = std::env::temp_dir().join(format!("verdict-twice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("node.yaml"), "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\n").unwrap();
+    let render = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(["render", "--hostname-override", "node1", "--manifests", "/nonexistent", "--manifests"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = render(&["--table", "first", "--table", "second", "--masquerade-bit", "3", "--masquerade-bit=5"]);
+    // A list adds up: the bad pattern is refused whether it comes first or last.
+    let lists = [
+        render(&["--flowtable-interfaces=ve*th", "--flowtable-interfaces=eth0"]),
+        render(&["--flowtable-interfaces=eth0", "--flowtable-interfaces=ve*th"]),
+    ];
+    let _ = std::fs::remove_dir_all(&dir);
+    let (table, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(table.contains("table inet second") && !table.contains("table inet first"), "{table}");
+    assert!(table.contains("0x00000020") && !table.contains("0x00000008"), "mark bit 5: {table}");
+    for out in lists {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(stderr.contains("--flowtable-interfaces") && stderr.contains("ve*th"), "{stderr}");
+    }
 }
 
 #[test]
@@ -186,11 +261,98 @@ fn the_mode_picks_the_section_and_its_flags() {
     assert_eq!(c["iptables"]["syncPeriod"], "3s");
 }
 
+/// Every leaf's dotted path (a list, an empty map and a scalar are leaves).
+fn leaf_paths(value: &serde_json::Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+    match value.as_object() {
+        Some(map) if !map.is_empty() => {
+            for (k, v) in map {
+                leaf_paths(v, &if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, out);
+            }
+        }
+        _ => {
+            out.insert(prefix.to_string());
+        }
+    }
+}
+
+fn fixture_paths(text: &str) -> std::collections::BTreeSet<String> {
+    let mut paths = std::collections::BTreeSet::new();
+    leaf_paths(&serde_yaml::from_str(text).unwrap(), "", &mut paths);
+    paths
+}
+
+#[test]
+fn write_config_to_writes_upstreams_fields_only_completed_as_upstream_completes_them() {
+    let fixtures = format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"));
+    // Upstream's own encoding of v1alpha1 with every field at its zero value (kubeadm writes
+    // it through upstream's types): the fields written whatever their value.
+    let always = fixture_paths(&std::fs::read_to_string(format!("{fixtures}/kubeadm/v1.37/config.conf")).unwrap());
+    // Every field of v1alpha1 (upstream's types.go): the rest are `omitempty` ones.
+    let every: Vec<String> = std::fs::read_to_string(format!("{fixtures}/upstream/config-fields.txt"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split('\t').next().unwrap().split("[]").next().unwrap().to_string())
+        .collect();
+    let upstreams = |path: &str| every.iter().any(|f| path == f || path.starts_with(&format!("{f}.")));
+    let file = config_file(
+        "kind: KubeProxyConfiguration\nmode: \"\"\ndetectLocalMode: \"\"\nnftables:\n  flowtableInterfaces: [eth0]\n",
+    );
+    let with_gates: &[&str] = &["--feature-gates=A=true", "--hostname-override=Node-A"];
+    for (args, gates) in [(&["--config", file.path(), "--hostname-override=Node-A"][..], false), (with_gates, true)] {
+        let (code, stderr, c) = written(args);
+        assert_eq!(code, 0, "{stderr}");
+        let mut paths = std::collections::BTreeSet::new();
+        leaf_paths(&c, "", &mut paths);
+        let foreign: Vec<&String> = paths.iter().filter(|p| !upstreams(p)).collect();
+        assert!(foreign.is_empty(), "{args:?}: not upstream's: {foreign:?}");
+        let missing: Vec<&String> = always.iter().filter(|p| !paths.contains(*p)).collect();
+        assert!(missing.is_empty(), "{args:?}: upstream writes these: {missing:?}");
+        // platformApplyDefaults, then processHostnameOverrideFlag, before writing.
+        assert_eq!(c["mode"], "iptables", "{args:?}");
+        assert_eq!(c["detectLocalMode"], "ClusterCIDR", "{args:?}");
+        assert_eq!(c["hostnameOverride"], "node-a", "{args:?}");
+        assert_eq!(c["nodePortAddresses"], serde_json::Value::Null, "iptables mode: no default");
+        // Zero values as upstream writes them, not null.
+        assert_eq!((c["showHiddenMetricsForVersion"].as_str(), c["portRange"].as_str()), (Some(""), Some("")));
+        assert_eq!((c["enableProfiling"].as_bool(), c["bindAddressHardFail"].as_bool()), (Some(false), Some(false)));
+        assert_eq!(c["logging"]["format"], "text");
+        assert_eq!(c["featureGates"].is_object(), gates, "{args:?}: omitted when empty, as upstream");
+    }
+    // nftables mode's empty nodePortAddresses is `primary` once completed.
+    let (code, stderr, c) = written(&["--proxy-mode=nftables"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(c["nodePortAddresses"], serde_json::json!(["primary"]));
+    let (_, _, c) = written(&["--proxy-mode=nftables", "--nodeport-addresses=10.0.0.0/8"]);
+    assert_eq!(c["nodePortAddresses"], serde_json::json!(["10.0.0.0/8"]));
+}
+
+#[test]
+fn a_written_configuration_reads_back_to_itself() {
+    let file = config_file(
+        "kind: KubeProxyConfiguration\nmode: ipvs\nclusterCIDR: 10.244.0.0/16,fd00:10::/56\n\
+         conntrack: {maxPerCore: 0, udpTimeout: 45s}\niptables: {masqueradeAll: true, masqueradeBit: 9}\n\
+         ipvs: {syncPeriod: 9s, excludeCIDRs: [10.9.0.0/16]}\nlogging: {verbosity: 3}\nfeatureGates: {A: true}\n",
+    );
+    let (code, stderr, first) = written(&["--config", file.path(), "--hostname-override=n1"]);
+    assert_eq!(code, 0, "{stderr}");
+    let again = config_file(&serde_yaml::to_string(&first).unwrap());
+    let (code, stderr, second) = written(&["--config", again.path()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(first, second, "written, read and written again: the same configuration");
+    assert!(!stderr.contains("is not a field"), "{stderr}");
+    assert_eq!(first["ipvs"]["excludeCIDRs"], serde_json::json!(["10.9.0.0/16"]));
+    assert_eq!(first["conntrack"]["maxPerCore"], 0);
+}
+
 #[test]
 fn deprecated_ports_and_empty_addresses_turn_servers_off_only_from_flags() {
     let (code, stderr, c) = written(&["--healthz-port=0", "--metrics-bind-address="]);
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(c["healthzBindAddress"], "");
+    // Upstream applies the deprecated ports only when it neither reads nor writes a file
+    // (options.go Complete), so the file written keeps the default address; the servers are
+    // off when it runs (config's unit tests).
+    assert_eq!(c["healthzBindAddress"], "0.0.0.0:10256");
     assert_eq!(c["metricsBindAddress"], "");
     // The file's empty addresses are upstream's defaults, not "off".
     let file = config_file(
@@ -267,8 +429,7 @@ fn bad_kube_proxy_flags_exit_64_with_one_line() {
 }
 
 #[test]
-fn without_a_kubeconfig_the_api_servers_real_address_is_required() {
-    assert_usage(&["run", "--hostname-override", "n"], "no API server address: set --master");
+fn master_must_be_a_url() {
     assert_usage(&["run", "--hostname-override", "n", "--master", "nowhere"], "--master \"nowhere\" is not a URL");
     assert_usage(&["run", "--hostname-override", "n", "--master", "10.0.0.1:6443"], "is not a URL");
     // With it, validation passes and the (unreachable) server is tried later: not exit 64.

@@ -35,6 +35,10 @@ pub struct WatchedSlice {
     meta: ObjectMeta,
     /// The record the model is built from.
     pub record: source::EndpointSlice,
+    /// Whether its labels leave it to the default proxy ([`verdict_model::proxied_by_labels`]:
+    /// a slice carries its Service's labels). The API server's selector already left the
+    /// others out; a manifests directory leaves them out by this.
+    pub proxied: bool,
 }
 
 macro_rules! resource {
@@ -299,6 +303,7 @@ struct EndpointPortJson {
 impl From<SliceJson> for WatchedSlice {
     fn from(slice: SliceJson) -> WatchedSlice {
         let meta = slice.metadata.object_meta();
+        let proxied = slice.metadata.labels.as_ref().is_none_or(verdict_model::proxied_by_labels);
         let record = source::EndpointSlice {
             namespace: slice.metadata.namespace(),
             name: slice.metadata.name.unwrap_or_default(),
@@ -339,6 +344,6 @@ impl From<SliceJson> for WatchedSlice {
                 .collect(),
             trigger_time: slice.metadata.annotations.as_deref().and_then(crate::translate::trigger_time),
         };
-        WatchedSlice { meta, record }
+        WatchedSlice { meta, record, proxied }
     }
 }

@@ -103,8 +103,12 @@ pub(crate) fn add_object<D: Document>(out: &mut Manifests, origin: &str, doc: us
             Ok(svc) => out.services.push(svc.record),
             Err(e) => out.problems.push(bad(e)),
         },
+        // A Service whose labels leave it to another proxy (or mark it headless) is left out by
+        // the model; its slices, which carry those labels, here, as the API server's selector
+        // leaves them out of the watch.
         "EndpointSlice" => match value.decode::<WatchedSlice>() {
-            Ok(slice) => out.slices.push(slice.record),
+            Ok(slice) if slice.proxied => out.slices.push(slice.record),
+            Ok(_) => tracing::debug!(origin, name, "EndpointSlice left to another proxy by its labels"),
             Err(e) => out.problems.push(bad(e)),
         },
         "Node" => match value.decode::<Node>() {

@@ -232,6 +232,37 @@ metadata: {name: ignored}
     }
 
     #[test]
+    fn slices_labelled_for_another_proxy_or_headless_are_left_out_as_the_watch_leaves_them() {
+        let slice = |name: &str, labels: &str| {
+            format!(
+                "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+                 metadata: {{name: {name}, namespace: shop, labels: {{kubernetes.io/service-name: web{labels}}}}}\n\
+                 addressType: IPv4\nendpoints: [{{addresses: [10.244.1.10]}}]\n"
+            )
+        };
+        let text = [
+            slice("plain", ""),
+            slice("headless", ", service.kubernetes.io/headless: ''"),
+            slice("other-proxy", ", service.kubernetes.io/service-proxy-name: other"),
+        ]
+        .join("---\n");
+        for json in [false, true] {
+            let mut m = Manifests::default();
+            if json {
+                let docs: Vec<serde_json::Value> =
+                    text.split("---\n").map(|d| serde_yaml::from_str(d).unwrap()).collect();
+                let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
+                crate::manifests_json::parse_into(&mut m, "x.json", &list.to_string());
+            } else {
+                parse_into(&mut m, "x.yaml", &text);
+            }
+            assert!(m.problems.is_empty(), "{:?}", m.problems);
+            let names: Vec<&str> = m.slices.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(names, ["plain"], "json: {json}");
+        }
+    }
+
+    #[test]
     fn bad_documents_are_reported_with_file_and_object() {
         let text = "apiVersion: v1\nkind: Service\nmetadata: {name: broken}\nspec: {ports: notalist}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: fine}\nspec: {clusterIP: 10.96.0.1}\n";
         let mut m = Manifests::default();

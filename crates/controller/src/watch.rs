@@ -17,10 +17,6 @@ use kube::{Api, Client, ResourceExt};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::Duration;
 
-/// Services handed to another proxy, and headless Services, are filtered out at the watch
-/// (upstream kube-proxy's selector).
-pub const SERVICE_SELECTOR: &str = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
-
 async fn forward<K, F>(kind: Kind, tx: &SyncSender<Event>, ev: watcher::Event<K>, translate: F) -> bool
 where
     K: kube::Resource,
@@ -99,17 +95,20 @@ where
 
 /// Watches everything the node needs until the sync loop goes away.
 pub async fn watch(client: Client, node_name: &str, tx: SyncSender<Event>) {
+    // Services handed to another proxy, and headless Services, with their slices, are left
+    // out by the API server (upstream kube-proxy's selector; manifests apply the same rule).
+    let selector = verdict_model::proxied_services_selector();
     // Services and slices are decoded straight into source records (see `crate::decode`).
     let services = run(
         Api::<WatchedService>::all(client.clone()),
-        watcher::Config::default().labels(SERVICE_SELECTOR),
+        watcher::Config::default().labels(&selector),
         Kind::Service,
         tx.clone(),
         |s: WatchedService| Object::Service(s.record),
     );
     let slices = run(
         Api::<WatchedSlice>::all(client.clone()),
-        watcher::Config::default().labels(SERVICE_SELECTOR),
+        watcher::Config::default().labels(&selector),
         Kind::EndpointSlice,
         tx.clone(),
         |e: WatchedSlice| Object::EndpointSlice(e.record),

@@ -19,8 +19,8 @@ use proptest::prelude::*;
 use std::cell::RefCell;
 use verdict_controller::translate;
 use verdict_model::{
-    BuildOutput, Cidr, ObjectKind, Protocol, ProxyConfig, SERVICE_PROXY_NAME_LABEL, ServicePortName, ServicePorts,
-    build_model, parse_ip_tolerant, source,
+    BuildOutput, Cidr, ObjectKind, Protocol, ProxyConfig, ServicePortName, ServicePorts, build_model,
+    parse_ip_tolerant, proxied_by_labels, source,
 };
 use verdict_nft::{RenderOptions, Ruleset, diff, render, text};
 
@@ -84,8 +84,8 @@ fn render_diff_print(built: &BuildOutput) -> Ruleset {
 
 /// The objects (and parts) the model left out without naming them in a problem. "Left out"
 /// follows build.rs's rules; what those rules skip on purpose is not counted:
-/// - Services of type ExternalName, with the service-proxy-name label, or headless (no
-///   clusterIP, or `None`): nothing to proxy, as upstream;
+/// - Services of type ExternalName, with the service-proxy-name or headless label, or headless
+///   (no clusterIP, or `None`): nothing to proxy, as upstream;
 /// - slices without the service-name label, of addressType FQDN, or whose Service has no port
 ///   in the model (not created yet, or itself left out and named), and slice ports whose
 ///   (name, protocol) matches no Service port;
@@ -112,7 +112,7 @@ fn left_out_silently(input: &Input, out: &BuildOutput) -> Vec<String> {
             continue;
         }
         let ty = if svc.service_type.is_empty() { "ClusterIP" } else { svc.service_type.as_str() };
-        if ty == "ExternalName" || svc.labels.contains_key(SERVICE_PROXY_NAME_LABEL) {
+        if ty == "ExternalName" || !proxied_by_labels(&svc.labels) {
             continue;
         }
         let valid_type = matches!(ty, "ClusterIP" | "NodePort" | "LoadBalancer");

@@ -30,6 +30,8 @@ pub struct AgentLaunch {
     netns: String,
     program: OsString,
     args: Vec<OsString>,
+    /// Environment variables set (`Some`) or removed (`None`) for the process.
+    env: Vec<(OsString, Option<OsString>)>,
     wrapper: Vec<OsString>,
     container: Option<Container>,
     log: Option<PathBuf>,
@@ -53,6 +55,7 @@ impl AgentLaunch {
             netns: ns.name().to_string(),
             program: program.as_ref().to_os_string(),
             args: Vec::new(),
+            env: Vec::new(),
             wrapper: Vec::new(),
             container: None,
             log: None,
@@ -85,6 +88,19 @@ impl AgentLaunch {
     /// More arguments.
     pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, args: I) -> AgentLaunch {
         self.args.extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
+        self
+    }
+
+    /// An environment variable for the process (a pod's, e.g. `KUBERNETES_SERVICE_HOST`; for a
+    /// container, its engine client's).
+    pub fn env(mut self, name: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> AgentLaunch {
+        self.env.push((name.as_ref().to_os_string(), Some(value.as_ref().to_os_string())));
+        self
+    }
+
+    /// An environment variable the process must not inherit from the test's.
+    pub fn env_remove(mut self, name: impl AsRef<OsStr>) -> AgentLaunch {
+        self.env.push((name.as_ref().to_os_string(), None));
         self
     }
 
@@ -126,6 +142,12 @@ impl AgentLaunch {
                 cmd
             }
         };
+        for (name, value) in &self.env {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
         cmd.args(&self.args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(file);
         let started = Instant::now();
         let child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;

@@ -73,9 +73,22 @@ impl Drop for Controller {
 impl ApiLab {
     /// A namespace named after `tag`, a runtime in it, and a server listening there.
     pub fn new(tag: &str) -> Result<ApiLab> {
+        Self::with_server(tag, false)
+    }
+
+    /// [`ApiLab::new`] with the server on HTTPS ([`TestApiServer::start_tls`]), as a pod
+    /// reaches a real one.
+    pub fn new_tls(tag: &str) -> Result<ApiLab> {
+        Self::with_server(tag, true)
+    }
+
+    fn with_server(tag: &str, tls: bool) -> Result<ApiLab> {
         let ns = Netns::new(tag)?;
         let rt = ns.run(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build())?;
-        let server = rt.block_on(rt.spawn(TestApiServer::start()))??;
+        let server = match tls {
+            true => rt.block_on(rt.spawn(TestApiServer::start_tls()))??,
+            false => rt.block_on(rt.spawn(TestApiServer::start()))??,
+        };
         Ok(ApiLab { rt, server, ns })
     }
 

@@ -20,6 +20,23 @@ use std::sync::Arc;
 pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
 /// The label that marks headless Services created without a ClusterIP.
 pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+/// The labels that take a Service (and its EndpointSlices, which carry its labels) away from
+/// the default proxy, whatever their value: kube-proxy's informers select
+/// `!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless`
+/// (cmd/kube-proxy/app/server.go).
+pub const UNPROXIED_LABELS: [&str; 2] = [SERVICE_PROXY_NAME_LABEL, HEADLESS_LABEL];
+
+/// Whether the default proxy handles an object with these labels: the one rule every source
+/// applies (the API's watch as [`proxied_services_selector`], manifests as this), and the
+/// model again for every Service.
+pub fn proxied_by_labels(labels: &BTreeMap<String, String>) -> bool {
+    !UNPROXIED_LABELS.iter().any(|label| labels.contains_key(*label))
+}
+
+/// [`proxied_by_labels`] as a label selector, for the API server to apply at the watch.
+pub fn proxied_services_selector() -> String {
+    UNPROXIED_LABELS.map(|label| format!("!{label}")).join(",")
+}
 /// The zone label of Nodes.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// The default `sessionAffinityConfig.clientIP.timeoutSeconds` (3 hours).
@@ -217,7 +234,7 @@ pub(crate) fn build_service<S: SliceView>(
 ) -> Vec<ServicePort> {
     let mut r = Reporter { kind: ObjectKind::Service, namespace: &svc.namespace, name: &svc.name, problems };
     let service_type = if svc.service_type.is_empty() { "ClusterIP" } else { &svc.service_type };
-    if service_type == "ExternalName" || svc.labels.contains_key(SERVICE_PROXY_NAME_LABEL) {
+    if service_type == "ExternalName" || !proxied_by_labels(&svc.labels) {
         return Vec::new();
     }
     if !matches!(service_type, "ClusterIP" | "NodePort" | "LoadBalancer") {

@@ -25,7 +25,8 @@ pub mod synth;
 mod types;
 
 pub use build::{
-    BuildOutput, DEFAULT_AFFINITY_TIMEOUT, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ZONE_LABEL, build_model,
+    BuildOutput, DEFAULT_AFFINITY_TIMEOUT, HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, UNPROXIED_LABELS, ZONE_LABEL,
+    build_model, proxied_by_labels, proxied_services_selector,
 };
 pub use cache::{ModelCache, PortChange, Rebuilt};
 pub use net::{AddressError, Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, parse_ip_tolerant, special_address};

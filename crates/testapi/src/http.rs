@@ -62,7 +62,14 @@ async fn respond(store: Arc<Store>, addr: SocketAddr, req: Request<Incoming>) ->
         Some(Ok(r)) => r.verb,
         _ => Verb::Other,
     };
-    store.record(RequestRecord { method: method.to_string(), path: path.clone(), query: raw_query, verb });
+    let authorization = header_str(header::AUTHORIZATION);
+    store.record(RequestRecord {
+        method: method.to_string(),
+        path: path.clone(),
+        query: raw_query,
+        verb,
+        authorization,
+    });
     tracing::debug!(%method, %path, ?verb, "testapi request");
 
     let routed = match routed {

@@ -12,7 +12,9 @@
 //!   is `DELETED`), streaming lists (`sendInitialEvents`), and 410 Expired after compaction;
 //! - GET, POST, PUT, PATCH (merge / strategic-merge / apply, as JSON merge patches), DELETE;
 //! - `Status` error bodies with the real codes and reasons; discovery (`/api`, `/apis`,
-//!   `/version`).
+//!   `/version`);
+//! - plain HTTP, or HTTPS with a fixed test certificate ([`TestApiServer::start_tls`]); each
+//!   request's `Authorization` header is recorded.
 //!
 //! Tests change the cluster with [`TestApiServer::apply`] and [`TestApiServer::delete`],
 //! disturb clients with [`TestApiServer::drop_watches`], [`TestApiServer::break_watches`] and
@@ -45,6 +47,7 @@ mod selector;
 mod server;
 mod status;
 mod store;
+mod tls;
 mod watch;
 mod write;
 

@@ -34,6 +34,8 @@ pub struct RequestRecord {
     pub query: String,
     /// The verb the server understood the request as.
     pub verb: Verb,
+    /// The `Authorization` header, as sent (e.g. `Bearer TOKEN`).
+    pub authorization: Option<String>,
 }
 
 impl RequestRecord {

@@ -12,8 +12,9 @@ use k8s_openapi::api::{core, events};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use crate::record::RequestRecord;
 use crate::resource::ResourceType;
@@ -44,6 +45,8 @@ struct Inner {
     store: Arc<Store>,
     addr: SocketAddr,
     shutdown: watch::Sender<bool>,
+    /// Served over HTTPS ([`TestApiServer::start_tls`]).
+    tls: bool,
 }
 
 impl Drop for Inner {
@@ -74,17 +77,37 @@ impl TestApiServer {
     /// Starts a server listening on `addr` (for clients in other network namespaces: bind an
     /// address of the namespace the calling thread is in).
     pub async fn start_on(addr: SocketAddr) -> std::io::Result<TestApiServer> {
+        Self::listen(addr, None).await
+    }
+
+    /// [`TestApiServer::start`] over HTTPS, as a real API server: the certificate is for
+    /// `127.0.0.1`, `::1` and `localhost`, signed by [`TestApiServer::TLS_CA_PEM`].
+    pub async fn start_tls() -> std::io::Result<TestApiServer> {
+        Self::start_tls_on("127.0.0.1:0".parse().expect("a socket address")).await
+    }
+
+    /// [`TestApiServer::start_on`] over HTTPS.
+    pub async fn start_tls_on(addr: SocketAddr) -> std::io::Result<TestApiServer> {
+        Self::listen(addr, Some(crate::tls::acceptor())).await
+    }
+
+    async fn listen(addr: SocketAddr, tls: Option<TlsAcceptor>) -> std::io::Result<TestApiServer> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let store = Arc::new(Store::new());
         let (shutdown, stopped) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, store.clone(), addr, stopped));
-        Ok(TestApiServer { inner: Arc::new(Inner { store, addr, shutdown }) })
+        let inner = Inner { store: store.clone(), addr, shutdown, tls: tls.is_some() };
+        tokio::spawn(accept_loop(listener, store, addr, tls, stopped));
+        Ok(TestApiServer { inner: Arc::new(inner) })
     }
 
-    /// The base URL, `http://ADDRESS:PORT`.
+    /// The CA a client of [`TestApiServer::start_tls`] trusts, PEM (a pod's `ca.crt`).
+    pub const TLS_CA_PEM: &str = crate::tls::CA_PEM;
+
+    /// The base URL, `http://ADDRESS:PORT` (`https://` with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.inner.addr)
+        let scheme = if self.inner.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.inner.addr)
     }
 
     /// The socket address the server listens on.
@@ -100,17 +123,25 @@ impl TestApiServer {
     /// Outside a tokio runtime (kube's client spawns a task).
     pub fn client(&self) -> kube::Client {
         let url = self.url().parse().expect("the server URL is a valid URI");
-        kube::Client::try_from(kube::Config::new(url)).expect("a plain-HTTP kube config always builds")
+        let mut config = kube::Config::new(url);
+        if self.inner.tls {
+            config.root_cert = Some(vec![crate::tls::ca_der()]);
+        }
+        kube::Client::try_from(config).expect("a kube config with no credentials always builds")
     }
 
     /// Writes a kubeconfig pointing at this server (no credentials, namespace `default`),
     /// e.g. for spawning the real agent with `--kubeconfig`.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         // JSON is valid YAML, so this needs no YAML serializer.
+        let mut cluster = json!({"server": self.url()});
+        if self.inner.tls {
+            cluster["certificate-authority-data"] = data_encoding::BASE64.encode(crate::tls::CA_PEM.as_bytes()).into();
+        }
         let config = json!({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "verdict-testapi", "cluster": {"server": self.url()}}],
+            "clusters": [{"name": "verdict-testapi", "cluster": cluster}],
             "users": [{"name": "verdict-testapi", "user": {}}],
             "contexts": [{
                 "name": "verdict-testapi",
@@ -271,7 +302,13 @@ fn parse_rv(obj: &Value) -> u64 {
     obj["metadata"]["resourceVersion"].as_str().and_then(|rv| rv.parse().ok()).expect("the store stamps a numeric RV")
 }
 
-async fn accept_loop(listener: TcpListener, store: Arc<Store>, addr: SocketAddr, mut stopped: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    store: Arc<Store>,
+    addr: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    mut stopped: watch::Receiver<bool>,
+) {
     loop {
         let stream = tokio::select! {
             _ = stopped.wait_for(|&s| s) => return,
@@ -283,11 +320,23 @@ async fn accept_loop(listener: TcpListener, store: Arc<Store>, addr: SocketAddr,
                 }
             },
         };
-        tokio::spawn(serve_connection(stream, store.clone(), addr, stopped.clone()));
+        let (store, stopped) = (store.clone(), stopped.clone());
+        match tls.clone() {
+            None => tokio::spawn(serve_connection(stream, store, addr, stopped)),
+            Some(acceptor) => tokio::spawn(async move {
+                match acceptor.accept(stream).await {
+                    Ok(stream) => serve_connection(stream, store, addr, stopped).await,
+                    Err(e) => tracing::debug!("testapi: TLS handshake failed: {e}"),
+                }
+            }),
+        };
     }
 }
 
-async fn serve_connection(stream: TcpStream, store: Arc<Store>, addr: SocketAddr, mut stopped: watch::Receiver<bool>) {
+async fn serve_connection<S>(stream: S, store: Arc<Store>, addr: SocketAddr, mut stopped: watch::Receiver<bool>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = hyper::service::service_fn(move |req| {
         let store = store.clone();
         async move { Ok::<_, Infallible>(crate::http::handle(store, addr, req).await) }

@@ -10,8 +10,12 @@ use std::path::PathBuf;
 pub use upstream::UpstreamArgs;
 
 /// verdict: an nftables-native Kubernetes Service proxy.
+///
+/// A flag given twice is read as kube-proxy's pflag reads it: the last value wins, but for the
+/// list flags (`--nodeport-addresses`, `--ipvs-exclude-cidrs`, `--feature-gates`, `--vmodule`,
+/// and verdict's `--flowtable-interfaces` and `--node-address`), whose values add up.
 #[derive(Debug, Parser)]
-#[command(name = "verdict", version, about, long_about = None)]
+#[command(name = "verdict", version, about, long_about = None, args_override_self = true)]
 pub struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
@@ -66,10 +70,10 @@ pub struct RulesArgs {
     /// The name of this node (default: the host name).
     #[arg(long, value_name = "NODE")]
     pub hostname_override: Option<String>,
-    /// The pod network(s), at most one per family; traffic to a ClusterIP from outside it is
-    /// masqueraded. Comma-separated or repeated.
-    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
-    pub cluster_cidr: Vec<String>,
+    /// The pod network(s), at most one per family, comma-separated; traffic to a ClusterIP
+    /// from outside it is masqueraded. One string, as kube-proxy's: given twice, the last wins.
+    #[arg(long, value_name = "CIDR[,CIDR]")]
+    pub cluster_cidr: Option<String>,
     /// Which node addresses accept NodePort traffic, comma-separated: CIDRs (the node addresses
     /// inside them), `primary` (the Node's primary IPs; the default), `all` (every local
     /// address, including ones added later), in any combination (the union). `0.0.0.0/0` or
@@ -95,10 +99,11 @@ pub struct RulesArgs {
     /// The prefix of pod interface names, for `--detect-local-mode=InterfaceNamePrefix`.
     #[arg(long, value_name = "PREFIX")]
     pub pod_interface_name_prefix: Option<String>,
-    /// The Service ClusterIP range(s), like kube-apiserver's flag: traffic to unallocated
-    /// addresses in them is dropped (networking.k8s.io/v1 ServiceCIDR objects add to these).
-    #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
-    pub service_cluster_ip_range: Vec<String>,
+    /// The Service ClusterIP range(s), comma-separated, like kube-apiserver's flag (one
+    /// string: given twice, the last wins): traffic to unallocated addresses in them is dropped
+    /// (networking.k8s.io/v1 ServiceCIDR objects add to these).
+    #[arg(long, value_name = "CIDR,...")]
+    pub service_cluster_ip_range: Option<String>,
     /// Per-Service connection counters in the kernel, exported as
     /// `verdict_service_connections_total`: `off` (default), `all` Service ports, or only the
     /// ports of Services whose labels match `--service-counters-selector` (`labelled`).
@@ -137,7 +142,9 @@ pub enum CountersMode {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// A kubeconfig file. Without one, `--master` names the API server and the pod's service
-    /// account authenticates; the `kubernetes` Service's ClusterIP is never used to reach it.
+    /// account authenticates; with neither, in-cluster configuration, as kube-proxy (the
+    /// `kubernetes` Service's ClusterIP, reachable only while a proxy serves it: a warning says
+    /// so).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
     /// The API server's real address (e.g. `https://10.0.0.10:6443`), overriding the
@@ -297,3 +304,6 @@ pub struct TraceArgs {
     #[arg(long, value_name = "NAME", default_value = verdict_nft::ruleset::DEFAULT_TABLE)]
     pub table: String,
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,7 +3,9 @@
 //! already cover. Which of them verdict honours, and how, is `crate::compat`'s table.
 //!
 //! Spelled as pflag reads them: `--name=value` or `--name value`; a boolean is `--name` or
-//! `--name=true|false`; `-v 2`, `-v=2` and `--v=2` are the log level.
+//! `--name=true|false`; `-v 2`, `-v=2` and `--v=2` are the log level. Given twice, a flag keeps
+//! its last value, but for upstream's lists (`Vec` here: pflag's `stringSlice`, the feature
+//! gates' map, klog's vmodule), whose values add up.
 
 use clap::Args;
 use std::path::PathBuf;
@@ -126,9 +128,10 @@ pub struct UpstreamArgs {
     /// The log level (klog's): 0-3 info, 4 debug, 5 and more trace.
     #[arg(short = 'v', long = "v", value_name = "LEVEL")]
     pub verbosity: Option<u32>,
-    /// klog's per-file levels (no effect: `RUST_LOG` does this for verdict).
-    #[arg(long, value_name = "PATTERN=N,...")]
-    pub vmodule: Option<String>,
+    /// klog's per-file levels (no effect: `RUST_LOG` does this for verdict). A list, as
+    /// klog's: given twice, the patterns add up.
+    #[arg(long, value_name = "PATTERN=N,...", value_delimiter = ',')]
+    pub vmodule: Vec<String>,
     /// How often logs are flushed (verdict writes each line at once).
     #[arg(long, value_name = "DURATION")]
     pub log_flush_frequency: Option<String>,

@@ -102,6 +102,24 @@ fn every_field_of_v1alpha1_has_a_row_and_is_read_without_a_warning() {
 }
 
 #[test]
+fn every_label_row_is_one_the_code_reads() {
+    let read: Vec<&str> = [verdict_controller::translate::SERVICE_NAME_LABEL, verdict_model::ZONE_LABEL]
+        .into_iter()
+        .chain(verdict_model::UNPROXIED_LABELS)
+        .collect();
+    let mut rows: Vec<&str> = LABELS.iter().map(|e| e.0).collect();
+    let mut read_sorted = read.clone();
+    rows.sort_unstable();
+    read_sorted.sort_unstable();
+    assert_eq!(rows, read_sorted);
+    for label in verdict_model::UNPROXIED_LABELS {
+        let labels = std::collections::BTreeMap::from([(label.to_string(), "any".to_string())]);
+        assert!(!verdict_model::proxied_by_labels(&labels), "{label}");
+        assert!(verdict_model::proxied_services_selector().contains(&format!("!{label}")), "{label}");
+    }
+}
+
+#[test]
 fn every_metric_of_kube_proxy_has_a_row_and_the_honoured_ones_are_served() {
     let upstream: Vec<String> = names(&fixture("metrics.txt"), |_| false);
     same_names("metrics", &upstream, METRICS);

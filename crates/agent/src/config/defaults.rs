@@ -4,8 +4,9 @@
 //! kube-proxy's flags are laid over it (so that a flag's zero, unlike the file's, is kept).
 
 use super::file::{
-    ClientConnection, ConntrackSection, IptablesSection, IpvsSection, KubeProxyConfiguration, NftablesSection,
+    ClientConnection, ConntrackSection, IptablesSection, IpvsSection, KubeProxyConfiguration, Logging, NftablesSection,
 };
+use serde_yaml::Value;
 use std::net::IpAddr;
 
 /// kube-proxy's health port (`ports.ProxyHealthzPort`).
@@ -90,6 +91,20 @@ pub fn apply(c: &mut KubeProxyConfiguration) {
         cc.burst = Some(10);
     }
     c.feature_gates.get_or_insert_default();
+    // component-base's SetRecommendedLoggingConfiguration.
+    let log = c.logging.get_or_insert_with(Logging::default);
+    if unset(&log.format) {
+        log.format = Some("text".into());
+    }
+    let no_flush = match &log.flush_frequency {
+        None | Some(Value::Null) => true,
+        Some(Value::Number(n)) => n.as_f64() == Some(0.0),
+        Some(Value::String(s)) => s.trim() == "0" || zero_duration(&Some(s.clone())),
+        Some(_) => false,
+    };
+    if no_flush {
+        log.flush_frequency = Some(Value::from("5s"));
+    }
 }
 
 #[cfg(test)]
@@ -116,6 +131,8 @@ mod tests {
         assert_eq!((ct.max_per_core, ct.min), (Some(32768), Some(131072)));
         assert_eq!(ct.tcp_established_timeout.as_deref(), Some("24h0m0s"));
         assert_eq!(c.oom_score_adj, Some(-999));
+        let log = c.logging.as_ref().unwrap();
+        assert_eq!((log.format.as_deref(), log.flush_frequency.as_ref()), (Some("text"), Some(&Value::from("5s"))));
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub struct RunFlags<'a> {
 pub fn given_field_flags(rules: &RulesArgs, run: &RunFlags) -> Vec<&'static str> {
     let u = run.upstream.cloned().unwrap_or_default();
     let given = [
-        ("--cluster-cidr", !rules.cluster_cidr.is_empty()),
+        ("--cluster-cidr", rules.cluster_cidr.is_some()),
         ("--nodeport-addresses", !rules.nodeport_addresses.is_empty()),
         ("--masquerade-all", rules.masquerade_all.is_some()),
         ("--detect-local-mode", rules.detect_local_mode.is_some()),
@@ -73,8 +73,11 @@ pub fn given_field_flags(rules: &RulesArgs, run: &RunFlags) -> Vec<&'static str>
 
 /// The flags that apply with or without `--config`: the node's name and the logging flags.
 pub fn overlay_always(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &RunFlags) {
-    if let Some(name) = &rules.hostname_override {
-        c.hostname_override = Some(name.clone());
+    if let Some(name) = rules.hostname_override.as_deref().filter(|n| !n.is_empty()) {
+        // Upstream's processHostnameOverrideFlag: trimmed and lower-cased (all blanks stay, for
+        // `resolve` to refuse), whatever the file says.
+        let trimmed = name.trim();
+        c.hostname_override = Some(if trimmed.is_empty() { name.to_string() } else { trimmed.to_lowercase() });
     }
     let Some(u) = run.upstream else { return };
     let log = c.logging.get_or_insert_with(Logging::default);
@@ -89,9 +92,7 @@ pub fn overlay_always(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &R
 /// Every flag, over a configuration already defaulted (no `--config`).
 pub fn overlay_all(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &RunFlags) {
     overlay_always(c, rules, run);
-    if !rules.cluster_cidr.is_empty() {
-        c.cluster_cidr = Some(rules.cluster_cidr.join(","));
-    }
+    set(&mut c.cluster_cidr, &rules.cluster_cidr);
     if !rules.nodeport_addresses.is_empty() {
         c.node_port_addresses = Some(rules.nodeport_addresses.clone());
     }
@@ -114,9 +115,13 @@ pub fn overlay_all(c: &mut KubeProxyConfiguration, rules: &RulesArgs, run: &RunF
     set(&mut c.bind_address, &u.bind_address);
     set(&mut c.bind_address_hard_fail, &u.bind_address_hard_fail);
     // The deprecated port flags: 0 turns the server off, another port is added when the
-    // address has none.
-    for (field, port) in [(&mut c.healthz_bind_address, u.healthz_port), (&mut c.metrics_bind_address, u.metrics_port)]
-    {
+    // address has none. Upstream applies them only when it neither reads nor writes a file
+    // (options.go, Complete), so `--write-config-to` writes the addresses without them.
+    let ports = match u.write_config_to {
+        None => [(&mut c.healthz_bind_address, u.healthz_port), (&mut c.metrics_bind_address, u.metrics_port)],
+        Some(_) => [(&mut c.healthz_bind_address, None), (&mut c.metrics_bind_address, None)],
+    };
+    for (field, port) in ports {
         match port {
             Some(0) => *field = Some(String::new()),
             Some(p) => *field = field.as_deref().map(|a| with_port(a, p)),

@@ -149,7 +149,8 @@ impl RulesConfig {
         }
         let detect_local = detect_local(&s.detect_local)?;
         let mut service_cidrs = Vec::new();
-        for raw in args.service_cluster_ip_range.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let ranges = args.service_cluster_ip_range.as_deref().unwrap_or_default();
+        for raw in ranges.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             service_cidrs.push(
                 Cidr::parse_tolerant(raw)
                     .ok_or_else(|| bad(format!("--service-cluster-ip-range {raw:?} is not a CIDR")))?,
@@ -253,7 +254,8 @@ fn detect_local((mode, bridge, prefix): &(String, Option<String>, Option<String>
 pub enum Source {
     /// A manifests directory.
     Manifests(PathBuf),
-    /// An API server: a kubeconfig, or the service account's credentials with `--master`.
+    /// An API server: a kubeconfig, or the service account's credentials with `--master`, or
+    /// with neither in-cluster configuration ([`crate::incluster`], checked here).
     ApiServer {
         /// The kubeconfig file.
         kubeconfig: Option<PathBuf>,
@@ -315,9 +317,14 @@ fn read_kubeconfig(path: &std::path::Path) -> Result<(), ConfigError> {
     })
 }
 
-/// Checks that objects can come from the API server without its ClusterIP, which only the
-/// proxy programs: a node without kube-proxy could otherwise never start verdict.
-fn api_source(kubeconfig: Option<PathBuf>, master: Option<String>) -> Result<Source, ConfigError> {
+/// Checks where objects come from: a kubeconfig, `--master`, or with neither in-cluster
+/// configuration, as kube-proxy falls back to it; then `warnings` gets one line, since its
+/// address is the `kubernetes` Service's ClusterIP, which only a proxy makes reachable.
+fn api_source(
+    kubeconfig: Option<PathBuf>,
+    master: Option<String>,
+    warnings: &mut Vec<String>,
+) -> Result<Source, ConfigError> {
     let master = master.map(|m| m.trim().to_string()).filter(|m| !m.is_empty());
     let is_url = |m: &str| {
         m.parse::<hyper::Uri>()
@@ -332,10 +339,12 @@ fn api_source(kubeconfig: Option<PathBuf>, master: Option<String>) -> Result<Sou
         Some(path) if !path.is_file() => return Err(bad(format!("--kubeconfig {}: no such file", path.display()))),
         Some(path) => read_kubeconfig(path)?,
         None if master.is_none() => {
-            return Err(bad(
-                "no API server address: set --master (or a kubeconfig, e.g. kubeadm's kubeconfig.conf) to the API server's real address; \
-                 verdict never reaches it through the `kubernetes` Service's ClusterIP, which only a proxy programs (docs/operations.md#the-api-servers-address)",
-            ));
+            let in_cluster = crate::incluster::InCluster::from_env().map_err(|e| {
+                bad(format!(
+                    "no --kubeconfig and no --master, and {e}: set --master or --kubeconfig to the API server's real address (docs/operations.md#the-api-servers-address)"
+                ))
+            })?;
+            warnings.push(in_cluster.warning());
         }
         None => {}
     }
@@ -351,7 +360,8 @@ impl RunConfig {
             healthz_bind_address: args.healthz_bind_address.as_deref(),
             upstream: Some(&args.upstream),
         };
-        let effective = Effective::from_args(&args.rules, &run_flags)?;
+        let mut effective = Effective::from_args(&args.rules, &run_flags)?;
+        let mut source_warnings = Vec::new();
         let s = &effective.settings;
         let rules = RulesConfig::merge(&args.rules, s)?;
         let min_sync_period = match &args.min_sync_period {
@@ -402,7 +412,7 @@ impl RunConfig {
                 }
                 Source::ApiServer { kubeconfig: s.api.kubeconfig.clone(), master: args.master.clone() }
             }
-            None => api_source(s.api.kubeconfig.clone(), args.master.clone())?,
+            None => api_source(s.api.kubeconfig.clone(), args.master.clone(), &mut source_warnings)?,
         };
         let config = RunConfig {
             rules,
@@ -420,6 +430,7 @@ impl RunConfig {
             service_counters_period,
             config_file: args.rules.config.clone(),
         };
+        effective.warnings.extend(source_warnings);
         Ok((config, effective))
     }
 }
@@ -428,3 +439,6 @@ impl RunConfig {
 pub fn write_config(effective: &Effective, path: &std::path::Path) -> std::io::Result<()> {
     write::write(&effective.config, path)
 }
+
+#[cfg(test)]
+mod tests;

@@ -143,6 +143,7 @@ pub fn hostile_service(namespace: impl Strategy<Value = String>) -> impl Strateg
     let labels = prop_oneof![
         4 => Just(BTreeMap::new()),
         1 => Just(BTreeMap::from([("service.kubernetes.io/service-proxy-name".to_string(), "other".to_string())])),
+        1 => Just(BTreeMap::from([("service.kubernetes.io/headless".to_string(), String::new())])),
     ];
     (namespace, object_name(), labels, spec, status).prop_map(|(ns, name, labels, spec, ingress)| {
         let (ty, (cluster_ip, cluster_ips), ports, external_ips, ranges, (etp, itp), (aff, timeout), hc) = spec;
