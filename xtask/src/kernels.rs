@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use vm::{Accel, Ended};
 
 /// What the host needs: QEMU, a static busybox for the initramfs, depmod and xz for the modules.
-const PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "kmod", "xz-utils", "zstd"];
+/// ipvsadm too: the guest runs the host's programs, and Debian's kernels have the `ip_vs` this
+/// host's lacks (the IPVS migration and kube-proxy tests run only there).
+const PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "kmod", "xz-utils", "zstd", "ipvsadm"];
 
 /// Boot, module loading and mounting the root, before the first suite starts (TCG, 1 vCPU).
 const BOOT_ALLOWANCE: Duration = Duration::from_secs(180);
@@ -194,7 +196,7 @@ fn plan(suites: &[suites::Suite], opts: &Options) -> String {
     let mut s = String::from(
         "#!/bin/sh\n\
          export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root\n\
-         export VERDICT_REQUIRE_KERNEL=1 VERDICT_REQUIRE_IPTABLES=1 VERDICT_REQUIRE_FLOWTABLE=1 RUST_BACKTRACE=1\n\
+         export VERDICT_REQUIRE_KERNEL=1 VERDICT_REQUIRE_IPTABLES=1 VERDICT_REQUIRE_FLOWTABLE=1 VERDICT_REQUIRE_IPVS=1 RUST_BACKTRACE=1\n\
          now() { cut -d' ' -f1 /proc/uptime; }\n\
          run() {\n  name=$1; dir=$2; shift 2\n  echo \"verdict-vm: suite $name\" > /dev/console\n  t0=$(now)\n\
          \x20 (cd \"$dir\" && exec \"$@\") > /verdict-out/$name.log 2>&1 < /dev/null\n  rc=$?\n\

@@ -207,9 +207,9 @@ fn migrate(tag: &str, mode: Mode) {
     let node = &c.nodes[0].ns;
     let kp = kube_proxy(&c, mode);
     kp.apply(node).unwrap();
-    let web = format!("{WEB}:80").parse().unwrap();
-    let got = c.pod("client").ns.run(|| probe::tcp(web, Duration::from_secs(1)));
-    assert!(got.reply().is_some(), "kube-proxy's {} mode serves web: {got:?}", mode.name());
+    let dns = format!("{DNS}:53").parse().unwrap();
+    let got = c.pod("client").ns.run(|| probe::udp(dns, Duration::from_secs(1)));
+    assert!(got.reply().is_some(), "kube-proxy's {} mode serves dns: {got:?}", mode.name());
     let scratch = TempDir::with_prefix(format!("verdict-{tag}-")).unwrap();
     manifests(&c, mode, scratch.path());
 
@@ -220,7 +220,9 @@ fn migrate(tag: &str, mode: Mode) {
     }
     let agent = agent(node, scratch.path());
     agent.wait_healthy(Duration::from_secs(60)).unwrap();
-    agent.wait("kube-proxy's rules removed", || kube_proxy_rules_gone(node, mode));
+    agent.wait("kube-proxy's rules removed", || {
+        agent.log().contains("removed kube-proxy leftover") && kube_proxy_rules_gone(node, mode)
+    });
     let log = agent.log();
     let synced = log.find("synced").expect("a sync line");
     let removed = log.find("removed kube-proxy leftover").expect("a removal line");
