@@ -39,3 +39,18 @@ mod tests {
         assert_eq!(families(false), vec![IpFamily::V4]);
     }
 }
+
+/// Whether `net.ipv4.conf.all.route_localnet` is on in this network namespace: kube-proxy's
+/// iptables mode turns it on for localhost NodePorts and nothing turns it off. With it, the
+/// kernel routes packets to 127.0.0.0/8 that arrive from the network to the node's loopback
+/// sockets (CVE-2020-8558), so the table keeps the guard against them even where verdict serves
+/// no localhost NodePort (one line says so).
+pub fn route_localnet_on() -> bool {
+    let on = std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/route_localnet").is_ok_and(|v| v.trim() == "1");
+    if on {
+        tracing::info!(
+            "net.ipv4.conf.all.route_localnet is 1 on this node (kube-proxy's iptables mode sets it): packets to 127.0.0.0/8 from the network are dropped (CVE-2020-8558)"
+        );
+    }
+    on
+}

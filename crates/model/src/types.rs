@@ -61,6 +61,10 @@ pub struct ProxyConfig {
     /// nat output hook only, and a drop before DNAT of anything to 127.0.0.0/8 that did not
     /// come over loopback (CVE-2020-8558). The agent decides it from the mode.
     pub localhost_nodeports: bool,
+    /// The CVE-2020-8558 guard of [`ProxyConfig::localhost_nodeports`] without the NodePorts:
+    /// the node's `route_localnet` is on anyway (kube-proxy's iptables mode leaves it on), so
+    /// packets to 127.0.0.0/8 from the network would reach the node's loopback sockets.
+    pub loopback_guard: bool,
     /// `ct state invalid drop` in the forward hook: iptables mode's KUBE-FORWARD rule, kept
     /// when verdict replaces that mode and `conntrack.tcpBeLiberal` is off.
     pub drop_ct_invalid: bool,
@@ -128,6 +132,7 @@ impl Default for ProxyConfig {
             cluster_cidrs: Vec::new(),
             nodeport_addresses: NodePortAddresses::primary(),
             localhost_nodeports: false,
+            loopback_guard: false,
             drop_ct_invalid: false,
             masquerade_all: false,
             masquerade_bit: 14,

@@ -115,6 +115,7 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
     };
     let fast_path_on = sync_cfg.fast_path;
     cfg.rules.proxy.families = crate::platform::kernel_families();
+    cfg.rules.proxy.loopback_guard = !cfg.rules.proxy.localhost_nodeports && crate::platform::route_localnet_on();
     crate::platform::log_families(&cfg.rules.proxy.families);
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);
     verdict_controller::family_metrics::register(&cache.model().families());

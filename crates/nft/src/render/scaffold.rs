@@ -75,7 +75,7 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     let new_jump = |to: &str| Rule::new(vec![ct_state_new(), jump(to)]);
     let localhost = model.config.localhost_nodeports && families.contains(&IpFamily::V4);
     let mut prerouting = Vec::new();
-    if localhost {
+    if (localhost || model.config.loopback_guard) && families.contains(&IpFamily::V4) {
         // route_localnet (which localhost NodePorts need) lets the kernel route packets to
         // 127.0.0.0/8 that arrive from the network: before anything else, only the node's own
         // (which come back in over loopback) may reach a NodePort or a local socket there.

@@ -195,3 +195,22 @@ fn localhost_nodeports_are_ipv4_only_and_counted_like_other_nodeports() {
     let services: Vec<String> = rs.chains[names::SERVICES].rules.iter().map(crate::text::rule_text).collect();
     assert!(services.iter().all(|r| !r.contains("ip daddr 127.0.0.0/8 ")), "{services:?}");
 }
+
+#[test]
+fn the_loopback_guard_comes_alone_where_route_localnet_was_left_on() {
+    let plain_model = model(5);
+    let mut guarded = plain_model.clone();
+    guarded.config.loopback_guard = true;
+    let rs = render(&guarded, &RenderOptions::default());
+    let plain = render(&plain_model, &RenderOptions::default());
+    let texts = |rs: &Ruleset, chain: &str| -> Vec<String> {
+        rs.chains[chain].rules.iter().map(crate::text::rule_text).collect()
+    };
+    let (guard_chain, guard) = KEPT_RULES[0];
+    assert_eq!(texts(&rs, guard_chain)[0], guard, "the guard first");
+    assert!(!texts(&plain, guard_chain).contains(&guard.to_string()));
+    // The guard only: no localhost NodePorts.
+    for (chain, rule) in &KEPT_RULES[1..] {
+        assert!(!texts(&rs, chain).contains(&rule.to_string()), "{chain} has {rule}");
+    }
+}
