@@ -29,17 +29,6 @@ pub fn log_families(families: &[IpFamily]) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ipv6_follows_the_kernel_not_the_node() {
-        assert_eq!(families(true), vec![IpFamily::V4, IpFamily::V6]);
-        assert_eq!(families(false), vec![IpFamily::V4]);
-    }
-}
-
 /// Whether `net.ipv4.conf.all.route_localnet` is on in this network namespace: kube-proxy's
 /// iptables mode turns it on for localhost NodePorts and nothing turns it off. With it, the
 /// kernel routes packets to 127.0.0.0/8 that arrive from the network to the node's loopback
@@ -53,4 +42,15 @@ pub fn route_localnet_on() -> bool {
         );
     }
     on
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_follows_the_kernel_not_the_node() {
+        assert_eq!(families(true), vec![IpFamily::V4, IpFamily::V6]);
+        assert_eq!(families(false), vec![IpFamily::V4]);
+    }
 }
