@@ -75,9 +75,11 @@ pub struct RulesArgs {
     #[arg(long, value_name = "CIDR[,CIDR]")]
     pub cluster_cidr: Option<String>,
     /// Which node addresses accept NodePort traffic, comma-separated: CIDRs (the node addresses
-    /// inside them), `primary` (the Node's primary IPs; the default), `all` (every local
-    /// address, including ones added later), in any combination (the union). `0.0.0.0/0` or
-    /// `::/0` is `all` for its family.
+    /// inside them), `primary` (the Node's primary IPs), `all` (every local address, including
+    /// ones added later), `localhost` (IPv4 127.0.0.0/8, for the node's own connections), in
+    /// any combination (the union). `0.0.0.0/0` or `::/0` is `all` for its family, and a family
+    /// no CIDR names takes every address. Unset: `primary` in nftables mode, every local
+    /// address in iptables or ipvs mode's place (as upstream).
     #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
     pub nodeport_addresses: Vec<String>,
     /// Masquerade all traffic sent to ClusterIPs (`--masquerade-all` or `=true|false`).
