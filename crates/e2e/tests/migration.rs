@@ -221,11 +221,11 @@ fn migrate(tag: &str, mode: Mode) {
     let agent = agent(node, scratch.path());
     agent.wait_healthy(Duration::from_secs(60)).unwrap();
     agent.wait("kube-proxy's rules removed", || {
-        agent.log().contains("removed kube-proxy leftover") && kube_proxy_rules_gone(node, mode)
+        agent.log().contains("removed a kube-proxy leftover") && kube_proxy_rules_gone(node, mode)
     });
     let log = agent.log();
     let synced = log.find("synced").expect("a sync line");
-    let removed = log.find("removed kube-proxy leftover").expect("a removal line");
+    let removed = log.find("removed a kube-proxy leftover").expect("a removal line");
     assert!(synced < removed, "verdict's first sync comes before the removal of kube-proxy's rules:\n{log}");
     assert!(!log.contains("another proxy programs Services"), "kube-proxy being replaced is no other proxy:\n{log}");
     if mode == Mode::Ipvs {

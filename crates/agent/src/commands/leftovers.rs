@@ -66,13 +66,13 @@ fn stdin_lines() -> mpsc::Receiver<()> {
     rx
 }
 
-/// Logs what leftover removal did.
+/// Sums up what leftover removal did (each object was logged as it went).
 pub fn log_report(report: &LeftoverReport) {
-    for line in &report.removed {
-        tracing::info!("removed kube-proxy leftover: {line}");
-    }
-    for line in &report.failed {
-        tracing::warn!("could not remove kube-proxy leftover: {line}");
+    match report.failed.len() {
+        0 => tracing::info!(removed = report.removed.len(), "kube-proxy's rules: done"),
+        failed => {
+            tracing::warn!(removed = report.removed.len(), failed, "kube-proxy's rules: some could not be removed")
+        }
     }
 }
 

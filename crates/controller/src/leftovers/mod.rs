@@ -131,14 +131,17 @@ fn drain_ipvs(drain: IpvsDrain<'_>) -> bool {
     loop {
         let forwarded = ipvs::forwarded_now().unwrap_or(0);
         if forwarded == 0 {
-            tracing::info!(waited = ?started.elapsed(), "IPVS forwards no connection: removing kube-proxy's virtual servers");
+            tracing::info!(
+                waited_s = started.elapsed().as_secs(),
+                "IPVS forwards no connection: removing kube-proxy's virtual servers"
+            );
             return true;
         }
         let waited = started.elapsed();
         if waited >= drain.bound {
             tracing::warn!(
                 forwarded,
-                bound = ?drain.bound,
+                bound_s = drain.bound.as_secs(),
                 "IPVS still forwards connections at the end of the wait: removing kube-proxy's virtual servers; these connections end"
             );
             return true;
@@ -147,7 +150,7 @@ fn drain_ipvs(drain: IpvsDrain<'_>) -> bool {
             said = Some(Instant::now());
             tracing::info!(
                 forwarded,
-                left = ?drain.bound - waited,
+                left_s = (drain.bound - waited).as_secs(),
                 "IPVS still forwards connections of kube-proxy's virtual servers: keeping them and {} until these end (new connections are verdict's)",
                 ipvs::IPVS_LINK
             );
