@@ -179,7 +179,7 @@ fn handback(ns: &Netns) -> Child {
         .args(["netns", "exec", ns.name()])
         .arg(verdict_e2e::agent_process::sibling_binary("verdict"))
         .args(["cleanup", "--after-kube-proxy"])
-        .args(["--settle", "30s", "--timeout", "60s"])
+        .args(["--settle", "60s", "--timeout", "600s"])
         .spawn()
         .unwrap()
 }

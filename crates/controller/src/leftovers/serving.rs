@@ -141,18 +141,37 @@ pub fn served_by_kube_proxy(nl: &mut Netlink) -> KubeProxyRules {
         }
         rules.add("nftables", served);
     }
+    let mut ipvs_mode_rules = false;
     for (label, saved) in saved_by_backend() {
         match saved {
-            Ok(tables) => rules.add(label, from_iptables(&tables)),
+            Ok(tables) => {
+                ipvs_mode_rules |= ipvs_mode_runs(&tables);
+                rules.add(label, from_iptables(&tables));
+            }
             Err(e) => rules.unreadable.push(e),
         }
     }
-    match super::ipvs::virtual_servers() {
-        Ok(Some(servers)) => rules.add("ipvs", from_ipvs(&servers)),
-        Ok(None) => {}
-        Err(e) => rules.unreadable.push(format!("ipvs: {e}")),
+    // Virtual servers alone are no running IPVS mode: verdict keeps kube-proxy's while IPVS
+    // still forwards their connections (without the iptables rules that masquerade for them).
+    // They serve once kube-proxy's IPVS mode has written its iptables rules again.
+    if ipvs_mode_rules {
+        match super::ipvs::virtual_servers() {
+            Ok(Some(servers)) => rules.add("ipvs", from_ipvs(&servers)),
+            Ok(None) => {}
+            Err(e) => rules.unreadable.push(format!("ipvs: {e}")),
+        }
     }
     rules
+}
+
+/// Whether kube-proxy's IPVS mode has its iptables rules in place: its `KUBE-SERVICES` matches
+/// the `KUBE-CLUSTER-IP` ipset (IPVS mode's alone; the iptables mode matches addresses).
+fn ipvs_mode_runs(tables: &[SavedTable]) -> bool {
+    tables
+        .iter()
+        .filter(|t| t.name == "nat")
+        .flat_map(|t| &t.rules)
+        .any(|r| r.chain == "KUBE-SERVICES" && r.spec.contains("--match-set KUBE-CLUSTER-IP "))
 }
 
 /// The jumps of upstream's iptables mode that DNAT to a Service: to its service, external
@@ -277,6 +296,14 @@ COMMIT
         ]
         .into();
         assert_eq!(served, want);
+    }
+
+    #[test]
+    fn ipvs_mode_runs_only_with_its_iptables_rules() {
+        let ipvs = "*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -m comment --comment \"Kubernetes service cluster ip + port for masquerade purpose\" -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ\nCOMMIT\n";
+        assert!(ipvs_mode_runs(&super::super::iptables::parse_save(ipvs).unwrap()));
+        assert!(!ipvs_mode_runs(&super::super::iptables::parse_save(SAVE).unwrap()), "iptables mode is not IPVS mode");
+        assert!(!ipvs_mode_runs(&[]), "no rules: the virtual servers are leftovers being drained");
     }
 
     #[test]
