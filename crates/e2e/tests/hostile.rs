@@ -245,7 +245,8 @@ fn a_source_range_that_cannot_be_applied_drops_the_load_balancer_traffic() {
 fn an_object_over_the_element_cap_is_left_out_and_the_rest_is_programmed() {
     require_kernel!();
     let lab = lab("hostbig");
-    // 20 ports x 30 externalIPs: 600 ClusterIP and externalIP elements, over a cap of 100.
+    // 20 ports x 31 addresses, no endpoints: 640 objects (a cluster-ips element and a
+    // no-endpoint element per address and port), over a cap of 100.
     let ips: Vec<String> = (1..=30).map(|i| format!("192.168.99.{i}")).collect();
     let ip_refs: Vec<&str> = ips.iter().map(String::as_str).collect();
     let mut big = Svc::new("big", &["172.30.0.96"]).external_ips(&ip_refs);

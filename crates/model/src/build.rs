@@ -95,7 +95,7 @@ pub fn build_model(
             slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
         let (namespace, name) = (spellings.get(&svc.namespace), Arc::from(svc.name.as_str()));
         let names = ServiceNames { namespace: &namespace, name: &name, ports: &mut spellings };
-        for port in build_service(&model.node, &families, &model.config, svc, names, svc_slices, &mut problems) {
+        for port in build_service(&model, &families, svc, names, svc_slices, &mut problems) {
             claims.register(&PortClaims::of(&port));
             raw.push(port);
         }
@@ -224,14 +224,14 @@ fn parse_addresses<'s>(
 
 /// Builds the ports of one Service; problems are recorded and the bad parts dropped.
 pub(crate) fn build_service<S: SliceView>(
-    node: &NodeFacts,
+    model: &ProxyModel,
     families: &[IpFamily],
-    config: &ProxyConfig,
     svc: &source::Service,
     names: ServiceNames<'_>,
     slices: &[S],
     problems: &mut Vec<Problem>,
 ) -> Vec<ServicePort> {
+    let (node, config) = (&model.node, &model.config);
     let mut r = Reporter { kind: ObjectKind::Service, namespace: &svc.namespace, name: &svc.name, problems };
     let service_type = if svc.service_type.is_empty() { "ClusterIP" } else { &svc.service_type };
     if service_type == "ExternalName" || !proxied_by_labels(&svc.labels) {
@@ -300,21 +300,20 @@ pub(crate) fn build_service<S: SliceView>(
     if closed {
         source_ranges.clear();
     }
-    let addresses = cluster_ips.len() + external_ips.len() + load_balancer_ips.len();
-    let elements = svc.ports.len().saturating_mul(addresses).saturating_add(source_ranges.len());
-    if elements > config.max_elements_per_service {
-        r.report(
-            "TooManyElements",
-            format!(
-                "{} ports on {addresses} addresses and {} source ranges make {elements} elements, more than the \
-                 {} one Service may have; the Service is left out",
-                svc.ports.len(),
-                source_ranges.len(),
-                config.max_elements_per_service
-            ),
-        );
-        return Vec::new();
-    }
+    // What a port costs at least, before its endpoints are looked at: per family, its
+    // `cluster-ips` element and one element per address (its dispatch or no-endpoint
+    // element). A Service that cannot fit is refused before the ports that cannot fit are
+    // built.
+    let port_floor: usize = cluster_ips
+        .iter()
+        .map(|ip| {
+            let family = IpFamily::of(ip);
+            let outside: HashSet<&IpAddr> =
+                external_ips.iter().chain(&load_balancer_ips).filter(|a| IpFamily::of(a) == family).collect();
+            2 + outside.len()
+        })
+        .sum();
+    let mut cost = Cost { spent: 0, cap: config.max_elements_per_service };
     let external_policy_local = traffic_policy(&svc.external_traffic_policy, "externalTrafficPolicy", &mut r)
         && (service_type != "ClusterIP" || !external_ips.is_empty());
     let internal_policy_local = traffic_policy(&svc.internal_traffic_policy, "internalTrafficPolicy", &mut r);
@@ -386,6 +385,10 @@ pub(crate) fn build_service<S: SliceView>(
             port: names.ports.get(&spec.name),
             protocol,
         };
+        if !cost.affords(port_floor) {
+            cost.refuse(&mut r, cost.spent.saturating_add(port_floor), "at least ");
+            return Vec::new();
+        }
         let (endpoints, hints) = collect_endpoints(node, families, &name, slices, r.problems);
         let outside = OutsideAccess {
             external_ips: external_ips.clone(),
@@ -410,9 +413,43 @@ pub(crate) fn build_service<S: SliceView>(
             counted: config.service_counters.counts(&svc.labels),
         };
         select_endpoints(node, &mut port);
+        cost.spent = cost.spent.saturating_add(model.table_objects(&port));
+        if cost.spent > cost.cap {
+            let spent = cost.spent;
+            cost.refuse(&mut r, spent, "");
+            return Vec::new();
+        }
         ports.push(port);
     }
     ports
+}
+
+/// What a Service's ports cost the table so far ([`ProxyModel::table_objects`]), against the
+/// cap ([`ProxyConfig::max_elements_per_service`]).
+struct Cost {
+    spent: usize,
+    cap: usize,
+}
+
+impl Cost {
+    /// Whether `more` objects still fit.
+    fn affords(&self, more: usize) -> bool {
+        self.spent.saturating_add(more) <= self.cap
+    }
+
+    /// Reports the Service as too costly: it would add `count` objects (`at_least`: its ports
+    /// so far and the least the next one adds, the rest not built).
+    fn refuse(&self, r: &mut Reporter<'_>, count: usize, at_least: &str) {
+        r.report(
+            "TooManyElements",
+            format!(
+                "it would add {at_least}{count} objects to this node's table (set elements, and the chains, rules and \
+                 sets of ports with chains of their own), more than the {} one Service may add \
+                 (--max-elements-per-service); the Service is left out",
+                self.cap
+            ),
+        );
+    }
 }
 
 /// A DNS-1123 label: what the API server admits as a namespace, a Service name or a port name.

@@ -11,6 +11,7 @@
 mod build;
 mod cache;
 mod claims;
+mod cost;
 mod endpoints;
 mod names;
 mod net;

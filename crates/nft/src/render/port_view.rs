@@ -55,12 +55,7 @@ impl<'a> PortView<'a> {
 
     /// External IPs and load balancer IPs of this family.
     pub fn external_addresses(&self) -> Vec<IpAddr> {
-        let mut addrs: Vec<IpAddr> =
-            self.port.external_ips().iter().chain(self.port.load_balancer_ips()).copied().collect();
-        addrs.retain(|a| IpFamily::of(a) == self.family);
-        addrs.sort();
-        addrs.dedup();
-        addrs
+        self.port.outside_addresses(self.family)
     }
 
     /// Whether traffic from outside reaches this port in this family (NodePort, external or
