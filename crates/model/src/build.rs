@@ -268,8 +268,15 @@ pub(crate) fn build_service<S: SliceView>(
         }
         return Vec::new();
     }
+    // A Service is programmed only in the families it has a ClusterIP of (as upstream's
+    // per-family proxiers, which ignore the other family's externalIPs and load balancer
+    // IPs): an address of another family is dropped before ownership is decided, or it could
+    // win an address from a Service that programs it and program it nowhere.
+    let programmed: Vec<IpFamily> =
+        families.iter().copied().filter(|f| cluster_ips.iter().any(|ip| IpFamily::of(ip) == *f)).collect();
     let external_field = ("externalIP", "InvalidExternalIP", Claimable::Ordinary);
-    let external_ips = parse_addresses(svc.external_ips.iter().map(String::as_str), families, external_field, &mut r);
+    let external_ips =
+        parse_addresses(svc.external_ips.iter().map(String::as_str), &programmed, external_field, &mut r);
     let load_balancer_ips = if service_type == "LoadBalancer" {
         let captured = svc
             .load_balancer_ingress
@@ -279,7 +286,7 @@ pub(crate) fn build_service<S: SliceView>(
             .filter(|ing| !ing.ip.is_empty() && ing.ip_mode.as_deref() != Some("Proxy"))
             .map(|ing| ing.ip.as_str());
         let field = ("load balancer ingress IP", "InvalidLoadBalancerIP", Claimable::Ordinary);
-        parse_addresses(captured, families, field, &mut r)
+        parse_addresses(captured, &programmed, field, &mut r)
     } else {
         Vec::new()
     };

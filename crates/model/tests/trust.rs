@@ -270,3 +270,29 @@ fn a_service_beyond_the_element_cap_is_left_out() {
     assert_eq!(problems[0].reason, "TooManyElements");
     assert!(problems[0].message.contains(" 18 objects") && problems[0].message.contains("the 17 one"), "{problems:#?}");
 }
+
+/// Issue 31: a Service programs an externalIP or load balancer IP only in a family it has a
+/// ClusterIP of (as upstream's per-family proxiers), so a single-stack Service's address of
+/// the other family is ignored before ownership is decided: it cannot take a dual-stack
+/// Service's address that it would never program itself.
+#[test]
+fn a_single_stack_service_takes_no_address_of_the_other_family() {
+    let mut victim = load_balancer(service("zz", "victim", "10.96.6.1", 53, "UDP"), &["2001:db8:1::53"]);
+    victim.cluster_ips.push("fd00:96::61".into());
+    victim.external_ips = vec!["2001:db8::53".into(), "192.0.2.53".into()];
+    let mut contender = load_balancer(service("aa", "contender", "10.96.6.2", 53, "UDP"), &["2001:db8:1::53"]);
+    contender.external_ips = vec!["2001:db8::53".into(), "192.0.2.54".into()];
+    contender.ports[0].node_port = Some(30054);
+    let out = build(&[contender.clone(), victim.clone()]);
+    let kept = port_of(&out, &victim);
+    assert_eq!(kept.external_ips(), &[ip("2001:db8::53"), ip("192.0.2.53")]);
+    assert_eq!(kept.load_balancer_ips(), &[ip("2001:db8:1::53")]);
+    assert!(problems_of(&out, &victim).is_empty(), "{:?}", out.problems);
+    let ignored = port_of(&out, &contender);
+    assert_eq!(ignored.external_ips(), &[ip("192.0.2.54")], "only its own family's");
+    assert!(ignored.load_balancer_ips().is_empty());
+    assert!(problems_of(&out, &contender).is_empty(), "ignored, as upstream does: {:?}", out.problems);
+    // Alone, the single-stack Service has no other-family address either.
+    let alone = build(std::slice::from_ref(&contender));
+    assert_eq!(port_of(&alone, &contender).external_ips(), &[ip("192.0.2.54")]);
+}
