@@ -184,29 +184,41 @@ fn traffic_policy(raw: &str, field: &str, r: &mut Reporter<'_>) -> bool {
 
 /// Which addresses a field may hold.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Claimable {
+enum Claimable<'a> {
     /// Any address (ClusterIPs: allocated by the API server from its ranges).
     Any,
-    /// No special address (see [`special_address`]): externalIPs and load balancer IPs, which
-    /// would otherwise capture traffic no Service may own.
-    Ordinary,
+    /// No special address (see [`special_address`]) and none of `reserved` (the API server's,
+    /// [`ProxyConfig::reserved_addresses`]): externalIPs and load balancer IPs, which would
+    /// otherwise capture traffic no Service may own.
+    Ordinary { reserved: &'a [IpAddr] },
 }
 
 fn parse_addresses<'s>(
     raws: impl IntoIterator<Item = &'s str>,
     families: &[IpFamily],
-    (what, reason, claimable): (&str, &'static str, Claimable),
+    (what, reason, claimable): (&str, &'static str, Claimable<'_>),
     r: &mut Reporter<'_>,
 ) -> Vec<IpAddr> {
     let mut out = Vec::new();
     // A set beside the vector (which keeps the order written): checking the vector for each
     // address was quadratic, 20,000 externalIPs took seconds.
     let mut seen = HashSet::new();
+    let reserved = match claimable {
+        Claimable::Any => &[][..],
+        Claimable::Ordinary { reserved } => reserved,
+    };
     for raw in raws {
         match parse_ip_checked(raw) {
-            Ok(ip) if claimable == Claimable::Ordinary && special_address(&ip).is_some() => {
+            Ok(ip) if claimable != Claimable::Any && special_address(&ip).is_some() => {
                 let kind = special_address(&ip).unwrap_or_default();
                 r.report(reason, format!("{what} {raw:?} is {kind}: no Service may claim it"));
+            }
+            Ok(ip) if reserved.contains(&ip) => {
+                let message = format!(
+                    "{what} {raw:?} is the API server's address, which this node's proxy connects to: no Service may \
+                     claim it, on any port"
+                );
+                r.report("ApiServerAddress", message);
             }
             // An address of a family this node does not program is the other half of a
             // dual-stack Service: not an error.
@@ -274,7 +286,8 @@ pub(crate) fn build_service<S: SliceView>(
     // win an address from a Service that programs it and program it nowhere.
     let programmed: Vec<IpFamily> =
         families.iter().copied().filter(|f| cluster_ips.iter().any(|ip| IpFamily::of(ip) == *f)).collect();
-    let external_field = ("externalIP", "InvalidExternalIP", Claimable::Ordinary);
+    let ordinary = Claimable::Ordinary { reserved: &config.reserved_addresses };
+    let external_field = ("externalIP", "InvalidExternalIP", ordinary);
     let external_ips =
         parse_addresses(svc.external_ips.iter().map(String::as_str), &programmed, external_field, &mut r);
     let load_balancer_ips = if service_type == "LoadBalancer" {
@@ -285,7 +298,7 @@ pub(crate) fn build_service<S: SliceView>(
             // reach the node unchanged.
             .filter(|ing| !ing.ip.is_empty() && ing.ip_mode.as_deref() != Some("Proxy"))
             .map(|ing| ing.ip.as_str());
-        let field = ("load balancer ingress IP", "InvalidLoadBalancerIP", Claimable::Ordinary);
+        let field = ("load balancer ingress IP", "InvalidLoadBalancerIP", ordinary);
         parse_addresses(captured, &programmed, field, &mut r)
     } else {
         Vec::new()

@@ -88,6 +88,12 @@ pub struct ProxyConfig {
     /// decided before it is rendered, so that one object bounds every node's table, the
     /// agent's memory and its sync time.
     pub max_elements_per_service: usize,
+    /// Addresses no externalIP or load balancer IP may take, whatever the port: the API
+    /// server's, which the agent itself connects to (resolved by the agent at start). A
+    /// Service address equal to one would DNAT the node's own connections to the API server
+    /// (CVE-2020-8554); ClusterIPs are not checked (the `kubernetes` Service's ClusterIP is
+    /// the API server's in-cluster address, and the API server allocates ClusterIPs).
+    pub reserved_addresses: Vec<IpAddr>,
 }
 
 /// The default [`ProxyConfig::max_elements_per_service`]. A large real Service costs 32,600: a
@@ -147,6 +153,7 @@ impl Default for ProxyConfig {
             families: IpFamily::ALL.to_vec(),
             service_counters: ServiceCounters::Off,
             max_elements_per_service: DEFAULT_MAX_ELEMENTS_PER_SERVICE,
+            reserved_addresses: Vec::new(),
         }
     }
 }

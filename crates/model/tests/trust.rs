@@ -296,3 +296,35 @@ fn a_single_stack_service_takes_no_address_of_the_other_family() {
     let alone = build(std::slice::from_ref(&contender));
     assert_eq!(port_of(&alone, &contender).external_ips(), &[ip("192.0.2.54")]);
 }
+
+/// Issue 31: the API server's address, which the agent connects to, is never an externalIP
+/// or load balancer IP, on any port; the rest of the Service is programmed. A ClusterIP equal
+/// to it (the `kubernetes` Service's, the in-cluster address) is programmed as ever.
+#[test]
+fn the_api_servers_address_is_no_services_external_address() {
+    let config = ProxyConfig { reserved_addresses: vec![ip("192.0.2.1"), ip("2001:db8::1")], ..ProxyConfig::default() };
+    let mut capture =
+        load_balancer(service("attacker", "capture", "10.96.7.1", 443, "TCP"), &["2001:db8::1", "198.51.100.9"]);
+    capture.cluster_ips.push("fd00:96::71".into());
+    capture.external_ips = vec!["192.0.2.1".into(), "192.0.2.9".into()];
+    // On another port than the API server's too: the whole address is the node's to reach.
+    let mut elsewhere = service("attacker", "elsewhere", "10.96.7.2", 80, "TCP");
+    elsewhere.external_ips = vec!["192.0.2.1".into()];
+    let kubernetes = service("default", "kubernetes", "192.0.2.1", 443, "TCP");
+    let services = [capture.clone(), elsewhere.clone(), kubernetes.clone()];
+    let out = build_with(config, &services, &[]);
+
+    let port = port_of(&out, &capture);
+    assert_eq!(port.external_ips(), &[ip("192.0.2.9")]);
+    assert_eq!(port.load_balancer_ips(), &[ip("198.51.100.9")]);
+    assert!(port_of(&out, &elsewhere).external_ips().is_empty());
+    let reasons: Vec<_> = out.problems.iter().map(|p| (p.object.name.as_str(), p.reason)).collect();
+    assert_eq!(
+        reasons,
+        [("capture", "ApiServerAddress"), ("capture", "ApiServerAddress"), ("elsewhere", "ApiServerAddress")],
+        "{:#?}",
+        out.problems
+    );
+    assert!(out.problems.iter().all(|p| p.message.contains("the API server's address")), "{:#?}", out.problems);
+    assert_eq!(&*port_of(&out, &kubernetes).cluster_ips, &[ip("192.0.2.1")], "a ClusterIP is not checked");
+}
