@@ -22,7 +22,7 @@ pub(crate) struct PortView<'a> {
     pub cluster_ip: IpAddr,
     /// The endpoints its traffic may reach.
     pub selection: Targets,
-    /// `namespace/name:port`, the comment of every element the port adds.
+    /// `namespace/name:port` (cut to 128 bytes), the comment of every element the port adds.
     pub comment: Arc<str>,
 }
 
@@ -35,7 +35,7 @@ impl<'a> PortView<'a> {
             family: f,
             cluster_ip: port.cluster_ip(f)?,
             selection: port.targets(f),
-            comment: Arc::from(port.name.to_string()),
+            comment: Arc::from(super::names::port_comment(&port.name)),
         })
     }
 
