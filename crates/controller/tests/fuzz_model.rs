@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use verdict_controller::translate;
 use verdict_model::{
     BuildOutput, Cidr, ObjectKind, Protocol, ProxyConfig, ServicePortName, ServicePorts, build_model,
-    parse_ip_tolerant, proxied_by_labels, source,
+    parse_ip_tolerant, proxied_by_labels, refused_endpoint_address, source,
 };
 use verdict_nft::{RenderOptions, Ruleset, diff, render, text};
 
@@ -91,6 +91,7 @@ fn render_diff_print(built: &BuildOutput) -> Ruleset {
 ///   (name, protocol) matches no Service port;
 /// - an endpoint's addresses after the first (kube-proxy uses the first), and the second of
 ///   two endpoints with the same address and port (it is in the model once);
+/// - (named, not silent) an endpoint address the API server refuses (loopback, link-local, ...);
 /// - Node addresses of types other than InternalIP and ExternalIP.
 ///
 /// ServiceCIDR objects are not checked: the model receives only their parsable CIDRs and
@@ -162,6 +163,12 @@ fn left_out_silently(input: &Input, out: &BuildOutput) -> Vec<String> {
                 for ep in &slice.endpoints {
                     let addr = ep.addresses.first().and_then(|a| parse_ip_tolerant(a)).filter(|a| a.is_ipv4() == v4);
                     match addr {
+                        // Refused as the API server refuses it: must be named.
+                        Some(addr) if refused_endpoint_address(&addr).is_some() => {
+                            if !slice_named {
+                                silent.push(format!("slice {}/{} endpoint {addr}", slice.namespace, slice.name));
+                            }
+                        }
                         Some(addr) => {
                             let kept = port.endpoints.iter().any(|e| e.target.addr == addr && e.target.port == number);
                             if !kept {

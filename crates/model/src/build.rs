@@ -3,7 +3,7 @@
 use crate::claims::{ClaimIndex, PortClaims};
 use crate::endpoints::{SelectionInput, select};
 use crate::names::{ServiceNames, Spellings};
-use crate::net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, special_address};
+use crate::net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, refused_endpoint_address, special_address};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::proxy_model::ProxyModel;
 use crate::slices::{Address, EndpointView, SliceView};
@@ -554,6 +554,14 @@ fn collect_endpoints<S: SliceView>(
                 // A parsed address came from its canonical spelling, which is what it prints.
                 let raw = || raw.map_or_else(|| ip.map(|ip| ip.to_string()).unwrap_or_default(), str::to_string);
                 let addr = match parsed {
+                    Ok(addr) if let Some(kind) = refused_endpoint_address(&addr) => {
+                        let message = format!(
+                            "address {:?} is {kind}: the API server refuses it in an EndpointSlice, and so does verdict",
+                            raw()
+                        );
+                        r.report("InvalidEndpointAddress", message);
+                        continue;
+                    }
                     Ok(addr) if IpFamily::of(&addr) == family => addr,
                     Ok(_) => {
                         r.report(

@@ -328,3 +328,48 @@ fn the_api_servers_address_is_no_services_external_address() {
     assert!(out.problems.iter().all(|p| p.message.contains("the API server's address")), "{:#?}", out.problems);
     assert_eq!(&*port_of(&out, &kubernetes).cluster_ips, &[ip("192.0.2.1")], "a ClusterIP is not checked");
 }
+
+/// Issue 31: endpoint addresses the API server refuses in an EndpointSlice (its
+/// ValidateEndpointIP: unspecified, loopback, link-local, link-local multicast) are refused
+/// here too, each with a problem, so that a manifests directory (which no API server
+/// validated) cannot DNAT a Service to the node's own loopback or to a metadata server; the
+/// rest of the slice is programmed. What the API server accepts stays accepted.
+#[test]
+fn endpoint_addresses_the_api_server_refuses_are_refused() {
+    let svc = service("ns", "web", "10.96.8.1", 80, "TCP");
+    let mut svc6 = service("ns", "web6", "fd00:96::81", 80, "TCP");
+    svc6.ports[0].name = "p".into();
+    let slice = |service: &str, family: &str, addresses: &[&str]| EndpointSlice {
+        namespace: "ns".into(),
+        name: format!("{service}-{family}"),
+        service_name: service.into(),
+        address_type: family.into(),
+        ports: vec![EndpointPort { name: "p".into(), protocol: "TCP".into(), port: Some(8080) }],
+        endpoints: addresses
+            .iter()
+            .map(|a| Endpoint { addresses: vec![a.to_string()], ..Endpoint::default() })
+            .collect(),
+        trigger_time: None,
+    };
+    let refused4 = ["0.0.0.0", "127.0.0.1", "127.5.5.5", "169.254.169.254", "224.0.0.5"];
+    let refused6 = ["::", "::1", "fe80::1", "febf::1", "ff02::1", "ff12::2"];
+    // Accepted by the API server (global multicast, broadcast, site-local), and so here.
+    let kept4 = ["10.244.0.5", "239.1.2.3", "255.255.255.255"];
+    let kept6 = ["fd00:244::5", "ff05::1", "fec0::1"];
+    let slices = [
+        slice("web", "IPv4", &[&refused4[..], &kept4[..]].concat()),
+        slice("web6", "IPv6", &[&refused6[..], &kept6[..]].concat()),
+    ];
+    let out = build_with(ProxyConfig::default(), &[svc.clone(), svc6.clone()], &slices);
+    let addresses = |s: &Service| -> Vec<IpAddr> { port_of(&out, s).endpoints.iter().map(|e| e.target.addr).collect() };
+    let sorted = |a: &[&str]| {
+        let mut v: Vec<IpAddr> = a.iter().map(|s| ip(s)).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(addresses(&svc), sorted(&kept4));
+    assert_eq!(addresses(&svc6), sorted(&kept6));
+    let refusals: Vec<_> = out.problems.iter().filter(|p| p.reason == "InvalidEndpointAddress").collect();
+    assert_eq!(refusals.len(), refused4.len() + refused6.len(), "{:#?}", out.problems);
+    assert!(refusals.iter().all(|p| p.message.contains("the API server refuses")), "{refusals:#?}");
+}
