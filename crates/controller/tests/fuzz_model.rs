@@ -169,11 +169,10 @@ fn left_out_silently(input: &Input, out: &BuildOutput) -> Vec<String> {
                     let addr = ep.addresses.first().and_then(|a| parse_ip_tolerant(a)).filter(|a| a.is_ipv4() == v4);
                     match addr {
                         // Refused as the API server refuses it: must be named.
-                        Some(addr) if refused_endpoint_address(&addr).is_some() => {
-                            if !slice_named {
-                                silent.push(format!("slice {}/{} endpoint {addr}", slice.namespace, slice.name));
-                            }
+                        Some(addr) if refused_endpoint_address(&addr).is_some() && !slice_named => {
+                            silent.push(format!("slice {}/{} endpoint {addr}", slice.namespace, slice.name));
                         }
+                        Some(addr) if refused_endpoint_address(&addr).is_some() => {}
                         Some(addr) => {
                             let kept = port.endpoints.iter().any(|e| e.target.addr == addr && e.target.port == number);
                             if !kept {

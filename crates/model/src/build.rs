@@ -1,6 +1,7 @@
 //! Building the model from source records: validation, then Kubernetes semantics.
 
 use crate::claims::{ClaimIndex, PortClaims};
+use crate::cost::Budget;
 use crate::endpoints::{SelectionInput, select};
 use crate::names::{ServiceNames, Spellings};
 use crate::net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, refused_endpoint_address, special_address};
@@ -333,7 +334,7 @@ pub(crate) fn build_service<S: SliceView>(
             2 + outside.len()
         })
         .sum();
-    let mut cost = Cost { spent: 0, cap: config.max_elements_per_service };
+    let mut cost = Budget { spent: 0, cap: config.max_elements_per_service };
     let external_policy_local = traffic_policy(&svc.external_traffic_policy, "externalTrafficPolicy", &mut r)
         && (service_type != "ClusterIP" || !external_ips.is_empty());
     let internal_policy_local = traffic_policy(&svc.internal_traffic_policy, "internalTrafficPolicy", &mut r);
@@ -406,7 +407,7 @@ pub(crate) fn build_service<S: SliceView>(
             protocol,
         };
         if !cost.affords(port_floor) {
-            cost.refuse(&mut r, cost.spent.saturating_add(port_floor), "at least ");
+            r.report("TooManyElements", cost.refusal(cost.spent.saturating_add(port_floor), "at least "));
             return Vec::new();
         }
         let (endpoints, hints) = collect_endpoints(node, families, &name, slices, r.problems);
@@ -435,41 +436,12 @@ pub(crate) fn build_service<S: SliceView>(
         select_endpoints(node, &mut port);
         cost.spent = cost.spent.saturating_add(model.table_objects(&port));
         if cost.spent > cost.cap {
-            let spent = cost.spent;
-            cost.refuse(&mut r, spent, "");
+            r.report("TooManyElements", cost.refusal(cost.spent, ""));
             return Vec::new();
         }
         ports.push(port);
     }
     ports
-}
-
-/// What a Service's ports cost the table so far ([`ProxyModel::table_objects`]), against the
-/// cap ([`ProxyConfig::max_elements_per_service`]).
-struct Cost {
-    spent: usize,
-    cap: usize,
-}
-
-impl Cost {
-    /// Whether `more` objects still fit.
-    fn affords(&self, more: usize) -> bool {
-        self.spent.saturating_add(more) <= self.cap
-    }
-
-    /// Reports the Service as too costly: it would add `count` objects (`at_least`: its ports
-    /// so far and the least the next one adds, the rest not built).
-    fn refuse(&self, r: &mut Reporter<'_>, count: usize, at_least: &str) {
-        r.report(
-            "TooManyElements",
-            format!(
-                "it would add {at_least}{count} objects to this node's table (set elements, and the chains, rules and \
-                 sets of ports with chains of their own), more than the {} one Service may add \
-                 (--max-elements-per-service); the Service is left out",
-                self.cap
-            ),
-        );
-    }
 }
 
 /// A DNS-1123 label: what the API server admits as a namespace, a Service name or a port name.

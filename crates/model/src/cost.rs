@@ -144,3 +144,28 @@ fn shared(port: &ServicePort, targets: &Targets, outside: usize) -> usize {
         false => entries.saturating_mul(1 + targets.cluster.len()),
     }
 }
+
+/// What a Service's ports cost the table so far ([`ProxyModel::table_objects`]), against the
+/// cap ([`crate::ProxyConfig::max_elements_per_service`]).
+pub(crate) struct Budget {
+    pub spent: usize,
+    pub cap: usize,
+}
+
+impl Budget {
+    /// Whether `more` objects still fit.
+    pub fn affords(&self, more: usize) -> bool {
+        self.spent.saturating_add(more) <= self.cap
+    }
+
+    /// Why the Service is left out: it would add `count` objects (`at_least`: its ports so
+    /// far and the least the next one adds, the rest not built).
+    pub fn refusal(&self, count: usize, at_least: &str) -> String {
+        format!(
+            "it would add {at_least}{count} objects to this node's table (set elements, and the chains, rules and sets \
+             of ports with chains of their own), more than the {} one Service may add (--max-elements-per-service); \
+             the Service is left out",
+            self.cap
+        )
+    }
+}
