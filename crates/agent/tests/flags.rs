@@ -495,13 +495,15 @@ fn a_service_beyond_max_elements_per_service_is_left_out_and_the_rest_rendered()
             .output()
             .unwrap()
     };
-    let (capped, roomy) = (render("5"), render("8"));
+    // No endpoints: each of 2 ports writes its cluster-ips element and a no-endpoint element
+    // for each of its 4 addresses, 10 objects in all.
+    let (capped, roomy) = (render("9"), render("10"));
     let _ = std::fs::remove_dir_all(&dir);
     let text = String::from_utf8_lossy(&capped.stdout);
     assert!(capped.status.success(), "{}", String::from_utf8_lossy(&capped.stderr));
     assert!(!text.contains("10.96.0.50") && text.contains("10.96.0.51"), "{text}");
     assert!(String::from_utf8_lossy(&capped.stderr).contains("TooManyElements"));
-    assert!(String::from_utf8_lossy(&roomy.stdout).contains("10.96.0.50"), "8 elements fit a cap of 8");
+    assert!(String::from_utf8_lossy(&roomy.stdout).contains("10.96.0.50"), "10 objects fit a cap of 10");
 }
 
 #[test]

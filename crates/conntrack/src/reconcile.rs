@@ -26,8 +26,8 @@ pub struct Report {
 
 /// Lists the UDP entries of each family and deletes the stale ones ([`stale_entries`]).
 ///
-/// A family is not listed at all when no target could match an entry of it (no Service address of that family, and no NodePort with a node address of that
-/// family), so a single-stack node never dumps the other family's table and an empty
+/// A family is not listed at all when no target could match an entry of it (no Service
+/// address of that family: a NodePort is matched only in its Service's families), so a single-stack node never dumps the other family's table and an empty
 /// `targets` costs nothing. The first error stops the pass; entries already deleted stay
 /// deleted.
 pub fn reconcile(
@@ -38,7 +38,7 @@ pub fn reconcile(
     let start = Instant::now();
     let mut report = Report::default();
     for (i, family) in Family::ALL.into_iter().enumerate() {
-        if !relevant(family, targets, node_addresses) {
+        if !relevant(family, targets) {
             continue;
         }
         let family_start = Instant::now();
@@ -57,10 +57,11 @@ pub fn reconcile(
 }
 
 /// Whether an entry of this family could be stale for one of the targets.
-fn relevant(family: Family, targets: &[UdpTarget], node_addresses: &[IpAddr]) -> bool {
+fn relevant(family: Family, targets: &[UdpTarget]) -> bool {
+    // A NodePort is matched only in the families of the target's addresses, so a target
+    // without an address of this family matches nothing of it.
     let of_family = |a: &IpAddr| Family::of(&a.to_canonical()) == family;
-    let node_address = node_addresses.iter().any(of_family);
-    targets.iter().any(|t| t.addresses.iter().any(of_family) || (node_address && t.node_port.is_some_and(|p| p != 0)))
+    targets.iter().any(|t| t.addresses.iter().any(of_family))
 }
 
 #[cfg(test)]
@@ -76,29 +77,28 @@ mod tests {
         }
     }
 
-    fn ips(a: &[&str]) -> Vec<IpAddr> {
-        a.iter().map(|a| a.parse().unwrap()).collect()
-    }
-
     #[test]
     fn only_families_with_a_possible_match_are_listed() {
         let v4 = [target(&["10.96.0.10"], None, &["10.244.0.5"])];
-        assert!(relevant(Family::V4, &v4, &[]));
-        assert!(!relevant(Family::V6, &v4, &[]));
+        assert!(relevant(Family::V4, &v4));
+        assert!(!relevant(Family::V6, &v4));
 
         let v6 = [target(&["fd00:96::10"], None, &["fd00:244::5"])];
-        assert!(!relevant(Family::V4, &v6, &ips(&["10.0.0.1"])));
-        assert!(relevant(Family::V6, &v6, &[]));
+        assert!(!relevant(Family::V4, &v6));
+        assert!(relevant(Family::V6, &v6));
 
-        // A NodePort makes a family relevant through the node's addresses of that family.
+        // A NodePort is matched only in its Service's families: an IPv4-only Service's does
+        // not make IPv6 relevant, whatever the node's addresses.
         let np = [target(&["10.96.0.10"], Some(30053), &["10.244.0.5"])];
-        assert!(!relevant(Family::V6, &np, &ips(&["10.0.0.1"])));
-        assert!(relevant(Family::V6, &np, &ips(&["10.0.0.1", "fd00::1"])));
+        assert!(!relevant(Family::V6, &np));
+        assert!(relevant(Family::V4, &np));
+        let np6 = [target(&["10.96.0.10", "fd00:96::10"], Some(30053), &["10.244.0.5"])];
+        assert!(relevant(Family::V6, &np6));
 
         // Targets without serving endpoints select every flow to them, so they are listed too.
         let none = [target(&["10.96.0.10"], None, &[])];
-        assert!(relevant(Family::V4, &none, &ips(&["10.0.0.1", "fd00::1"])));
-        assert!(!relevant(Family::V6, &none, &ips(&["10.0.0.1", "fd00::1"])));
-        assert!(!relevant(Family::V4, &[], &ips(&["10.0.0.1"])));
+        assert!(relevant(Family::V4, &none));
+        assert!(!relevant(Family::V6, &none));
+        assert!(!relevant(Family::V4, &[]));
     }
 }

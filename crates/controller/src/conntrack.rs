@@ -32,11 +32,17 @@ impl Default for ConntrackCleaner {
     }
 }
 
-/// The reconciler's view of a UDP Service port.
-pub fn udp_target(port: &ServicePort) -> UdpTarget {
-    let mut addresses: Vec<IpAddr> = port.cluster_ips.to_vec();
-    addresses.extend(port.external_ips());
-    addresses.extend(port.load_balancer_ips());
+/// The reconciler's view of a UDP Service port, built from what the table programs of it
+/// only: its addresses in the families this node programs and the port has a ClusterIP of
+/// (an address of any other family is nobody's to clean up, and may be another Service's).
+pub fn udp_target(model: &ProxyModel, port: &ServicePort) -> UdpTarget {
+    let mut addresses: Vec<IpAddr> = Vec::new();
+    for family in model.families() {
+        if let Some(cluster_ip) = port.cluster_ip(family) {
+            addresses.push(cluster_ip);
+            addresses.extend(port.outside_addresses(family));
+        }
+    }
     let mut serving: Vec<IpAddr> = port.endpoints.iter().filter(|e| e.serving).map(|e| e.target.addr).collect();
     serving.sort();
     serving.dedup();
@@ -45,8 +51,8 @@ pub fn udp_target(port: &ServicePort) -> UdpTarget {
 
 /// The reconciler's view of a UDP Service port that no longer exists: no endpoint serves it,
 /// so every flow still DNATed to one of its old endpoints is stale (kubernetes #141371).
-fn deleted_udp_target(port: &ServicePort) -> UdpTarget {
-    UdpTarget { serving_endpoints: Vec::new(), ..udp_target(port) }
+fn deleted_udp_target(model: &ProxyModel, port: &ServicePort) -> UdpTarget {
+    UdpTarget { serving_endpoints: Vec::new(), ..udp_target(model, port) }
 }
 
 /// The UDP ports whose entries need checking: after a full sync all of them (endpoints may
@@ -55,15 +61,15 @@ fn deleted_udp_target(port: &ServicePort) -> UdpTarget {
 pub fn targets(model: &ProxyModel, full: bool, changes: &[PortChange]) -> Vec<UdpTarget> {
     let udp = |p: &&ServicePort| p.protocol() == Protocol::Udp;
     let deleted = changes.iter().filter(|c| c.new.is_none()).filter_map(|c| c.old.as_deref().filter(udp));
-    let mut targets: Vec<UdpTarget> = deleted.map(deleted_udp_target).collect();
+    let mut targets: Vec<UdpTarget> = deleted.map(|p| deleted_udp_target(model, p)).collect();
     if full {
-        targets.extend(model.services.values().map(|p| &**p).filter(udp).map(udp_target));
+        targets.extend(model.services.values().map(|p| &**p).filter(udp).map(|p| udp_target(model, p)));
         return targets;
     }
     targets.extend(changes.iter().filter_map(|c| {
         let new = c.new.as_deref().filter(udp)?;
         let changed = c.old.as_ref().is_none_or(|old| old.endpoints != new.endpoints);
-        changed.then(|| udp_target(new))
+        changed.then(|| udp_target(model, new))
     }));
     targets
 }
@@ -111,5 +117,51 @@ impl AfterSync for ConntrackCleaner {
                 self.conntrack = None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verdict_model::{IpFamily, OutsideAccess, ServicePortName};
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// A UDP port with ClusterIPs `cluster` and externalIPs `external`.
+    fn port(cluster: &[&str], external: &[&str]) -> ServicePort {
+        let outside = OutsideAccess { external_ips: external.iter().map(|s| ip(s)).collect(), ..Default::default() };
+        ServicePort {
+            name: ServicePortName::new("ns", "dns", "dns", Protocol::Udp),
+            port: 53,
+            cluster_ips: cluster.iter().map(|s| ip(s)).collect(),
+            node_port: Some(30053),
+            outside: outside.boxed(),
+            external_policy_local: false,
+            internal_policy_local: false,
+            affinity_timeout: None,
+            health_check_node_port: None,
+            endpoints: Box::default(),
+            hints: None,
+            v4: Default::default(),
+            v6: Default::default(),
+            counted: false,
+        }
+    }
+
+    /// Only what the table programs of a port is its to clean up: an address of a family it
+    /// has no ClusterIP of, or that the node does not program, may be another Service's.
+    #[test]
+    fn a_target_holds_the_programmed_addresses_only() {
+        let model = ProxyModel::default();
+        let single = port(&["10.96.0.10"], &["2001:db8::53", "192.0.2.53"]);
+        assert_eq!(udp_target(&model, &single).addresses, [ip("10.96.0.10"), ip("192.0.2.53")]);
+        let dual = port(&["10.96.0.10", "fd00:96::10"], &["2001:db8::53", "192.0.2.53"]);
+        let both = [ip("10.96.0.10"), ip("192.0.2.53"), ip("fd00:96::10"), ip("2001:db8::53")];
+        assert_eq!(udp_target(&model, &dual).addresses, both);
+        let mut v4_node = ProxyModel::default();
+        v4_node.config.families = vec![IpFamily::V4];
+        assert_eq!(udp_target(&v4_node, &dual).addresses, [ip("10.96.0.10"), ip("192.0.2.53")]);
     }
 }

@@ -20,7 +20,7 @@ use std::cell::RefCell;
 use verdict_controller::translate;
 use verdict_model::{
     BuildOutput, Cidr, ObjectKind, Protocol, ProxyConfig, ServicePortName, ServicePorts, build_model,
-    parse_ip_tolerant, proxied_by_labels, source,
+    parse_ip_tolerant, proxied_by_labels, refused_endpoint_address, source,
 };
 use verdict_nft::{RenderOptions, Ruleset, diff, render, text};
 
@@ -45,7 +45,12 @@ impl Input {
 
     /// Builds the model as `verdict render` does (ServiceCIDR objects widen the configured range).
     fn build(&self) -> BuildOutput {
-        let mut config = ProxyConfig::default();
+        self.build_capped(ProxyConfig::default().max_elements_per_service)
+    }
+
+    /// [`Input::build`] with `--max-elements-per-service` at `cap`.
+    fn build_capped(&self, cap: usize) -> BuildOutput {
+        let mut config = ProxyConfig { max_elements_per_service: cap, ..ProxyConfig::default() };
         for object in &self.service_cidrs {
             config.service_cidrs.extend(object.cidrs.iter().filter_map(|c| Cidr::parse_tolerant(c)));
         }
@@ -91,6 +96,7 @@ fn render_diff_print(built: &BuildOutput) -> Ruleset {
 ///   (name, protocol) matches no Service port;
 /// - an endpoint's addresses after the first (kube-proxy uses the first), and the second of
 ///   two endpoints with the same address and port (it is in the model once);
+/// - (named, not silent) an endpoint address the API server refuses (loopback, link-local, ...);
 /// - Node addresses of types other than InternalIP and ExternalIP.
 ///
 /// ServiceCIDR objects are not checked: the model receives only their parsable CIDRs and
@@ -162,6 +168,11 @@ fn left_out_silently(input: &Input, out: &BuildOutput) -> Vec<String> {
                 for ep in &slice.endpoints {
                     let addr = ep.addresses.first().and_then(|a| parse_ip_tolerant(a)).filter(|a| a.is_ipv4() == v4);
                     match addr {
+                        // Refused as the API server refuses it: must be named.
+                        Some(addr) if refused_endpoint_address(&addr).is_some() && !slice_named => {
+                            silent.push(format!("slice {}/{} endpoint {addr}", slice.namespace, slice.name));
+                        }
+                        Some(addr) if refused_endpoint_address(&addr).is_some() => {}
                         Some(addr) => {
                             let kept = port.endpoints.iter().any(|e| e.target.addr == addr && e.target.port == number);
                             if !kept {
@@ -271,11 +282,11 @@ proptest! {
         mut bad_services in vec(hostile_service(bad_namespace()), 0..4),
         bad_slices in vec(hostile_slice(bad_namespace()), 0..4),
     ) {
-        let (good_services, good_slices): (Vec<_>, Vec<_>) = good.into_iter().unzip();
+        let (good_services, good_slices) = split(good);
         for bad in &mut bad_services {
             without_allocated_collisions(bad, &good_services);
         }
-        isolated(&good_services, &good_slices, &bad_services, &bad_slices)?;
+        isolated(&good_services, &good_slices, &bad_services, &bad_slices, DEFAULT_CAP)?;
     }
 
     /// Issue 23: Services named before the good ones claim the good ClusterIPs and load
@@ -285,11 +296,38 @@ proptest! {
         good in good_objects(4),
         mut squatters in vec(squatter_service(), 1..4),
     ) {
-        let (good_services, good_slices): (Vec<_>, Vec<_>) = good.into_iter().unzip();
+        let (good_services, good_slices) = split(good);
         for bad in &mut squatters {
             without_allocated_collisions(bad, &good_services);
         }
-        isolated(&good_services, &good_slices, &squatters, &[])?;
+        isolated(&good_services, &good_slices, &squatters, &[], DEFAULT_CAP)?;
+    }
+
+    /// Issue 31: single-stack Services named before the good (some dual-stack) ones list the
+    /// good externalIPs and load balancer IPs of the family they have no ClusterIP of: the
+    /// good ones keep them all (upstream ignores such addresses).
+    #[test]
+    fn single_stack_contenders_take_no_address_of_the_other_family(
+        good in good_objects(4),
+        contenders in vec(single_stack_contender(), 1..4),
+    ) {
+        let (good_services, good_slices) = split(good);
+        let (services, slices): (Vec<_>, Vec<_>) = contenders.into_iter().unzip();
+        isolated(&good_services, &good_slices, &services, &slices, DEFAULT_CAP)?;
+    }
+
+    /// Issue 31: Services with many addresses and many endpoints, under a cap drawn for the
+    /// case: none costs more than the cap (those that would are left out whole, named), and
+    /// none changes what the good ones get.
+    #[test]
+    fn big_services_cost_at_most_the_cap_and_change_nothing_else(
+        good in good_objects(3),
+        big in vec(big_service_and_slices(), 1..3),
+        cap in 1_000usize..30_000,
+    ) {
+        let (good_services, good_slices) = split(good);
+        let (services, slices) = split(big);
+        isolated(&good_services, &good_slices, &services, &slices, cap)?;
     }
 
     #[test]
@@ -307,19 +345,31 @@ proptest! {
     }
 }
 
+/// The default `--max-elements-per-service`.
+const DEFAULT_CAP: usize = verdict_model::DEFAULT_MAX_ELEMENTS_PER_SERVICE;
+
+/// Services and their slices, apart.
+fn split(objects: Vec<(Service, Vec<EndpointSlice>)>) -> (Vec<Service>, Vec<EndpointSlice>) {
+    let (services, slices): (Vec<_>, Vec<_>) = objects.into_iter().unzip();
+    (services, slices.into_iter().flatten().collect())
+}
+
 /// The isolation property: the good objects' ports, problems and per-Service chains are the
-/// same with the hostile objects as without them.
+/// same with the hostile objects as without them; and no Service costs the table more than
+/// `cap`, a Service over it being left out whole and named.
 fn isolated(
     good_services: &[Service],
     good_slices: &[EndpointSlice],
     bad_services: &[Service],
     bad_slices: &[EndpointSlice],
+    cap: usize,
 ) -> Result<(), TestCaseError> {
     let node = good_node();
-    let alone = Input::new(good_services, good_slices, Some(&node), &[]).build();
+    let alone = Input::new(good_services, good_slices, Some(&node), &[]).build_capped(cap);
     let all_services: Vec<Service> = good_services.iter().chain(bad_services).cloned().collect();
     let all_slices: Vec<EndpointSlice> = good_slices.iter().chain(bad_slices).cloned().collect();
-    let full = Input::new(&all_services, &all_slices, Some(&node), &[]).build();
+    let full = Input::new(&all_services, &all_slices, Some(&node), &[]).build_capped(cap);
+    within_the_cap(&full, cap)?;
 
     let good_ports: ServicePorts =
         full.model.services.values().filter(|p| is_good(&p.name.namespace)).cloned().collect();
@@ -339,6 +389,46 @@ fn isolated(
         prop_assert_eq!(rs_full.chains.get(name), Some(chain), "chain {}", name);
     }
     Ok(())
+}
+
+/// No Service costs the table more than `cap` ([`verdict_model::ProxyModel::table_objects`],
+/// all its ports together); a Service refused as too costly has no port in the model.
+fn within_the_cap(out: &BuildOutput, cap: usize) -> Result<(), TestCaseError> {
+    let mut cost: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+    for port in out.model.services.values() {
+        *cost.entry((&port.name.namespace, &port.name.name)).or_default() += out.model.table_objects(port);
+    }
+    for ((ns, name), spent) in &cost {
+        prop_assert!(*spent <= cap, "{}/{} costs {} objects, over the cap of {}", ns, name, spent, cap);
+    }
+    for p in out.problems.iter().filter(|p| p.reason == "TooManyElements") {
+        let key = (p.object.namespace.as_str(), p.object.name.as_str());
+        prop_assert!(!cost.contains_key(&key), "{} is refused but programmed", p.object);
+        prop_assert!(p.message.contains(&format!("the {cap} one Service may add")), "{}", p.message);
+    }
+    Ok(())
+}
+
+/// The big Services' generator reaches both sides of a cap: Services that fit, and Services
+/// refused as too costly.
+#[test]
+fn big_services_are_both_under_and_over_a_cap() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (mut fit, mut refused) = (0, 0);
+    for _ in 0..60 {
+        let (services, slices) = split(vec(big_service_and_slices(), 1..3).new_tree(&mut runner).unwrap().current());
+        let out = Input::new(&services, &slices, Some(&good_node()), &[]).build_capped(10_000);
+        refused += out.problems.iter().filter(|p| p.reason == "TooManyElements").count();
+        fit += out
+            .model
+            .services
+            .values()
+            .map(|p| (p.name.namespace.clone(), p.name.name.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+    }
+    assert!(fit >= 10 && refused >= 10, "{fit} Services fit, {refused} refused");
 }
 
 /// `nft -c -f -` inside a network namespace of its own (`unshare -n`: created for the command

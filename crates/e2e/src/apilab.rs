@@ -82,12 +82,31 @@ impl ApiLab {
         Self::with_server(tag, true)
     }
 
+    /// [`ApiLab::new`] with the server on `ip` (an address given to the namespace's loopback
+    /// first), as a node reaches an API server at an address of its network.
+    pub fn new_at(tag: &str, ip: std::net::IpAddr) -> Result<ApiLab> {
+        Self::with_server_at(tag, false, Some(ip))
+    }
+
     fn with_server(tag: &str, tls: bool) -> Result<ApiLab> {
+        Self::with_server_at(tag, tls, None)
+    }
+
+    fn with_server_at(tag: &str, tls: bool, ip: Option<std::net::IpAddr>) -> Result<ApiLab> {
         let ns = Netns::new(tag)?;
         let rt = ns.run(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build())?;
-        let server = match tls {
-            true => rt.block_on(rt.spawn(TestApiServer::start_tls()))??,
-            false => rt.block_on(rt.spawn(TestApiServer::start()))??,
+        let server = match (tls, ip) {
+            (true, None) => rt.block_on(rt.spawn(TestApiServer::start_tls()))??,
+            (false, None) => rt.block_on(rt.spawn(TestApiServer::start()))??,
+            (tls, Some(ip)) => {
+                let prefix = if ip.is_ipv6() { 128 } else { 32 };
+                ns.ip(&["addr", "add", &format!("{ip}/{prefix}"), "dev", "lo"])?;
+                let addr = std::net::SocketAddr::new(ip, 0);
+                match tls {
+                    true => rt.block_on(rt.spawn(TestApiServer::start_tls_on(addr)))??,
+                    false => rt.block_on(rt.spawn(TestApiServer::start_on(addr)))??,
+                }
+            }
         };
         Ok(ApiLab { rt, server, ns })
     }

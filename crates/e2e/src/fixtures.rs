@@ -109,3 +109,48 @@ pub fn all_features() -> ProxyModel {
     assert!(problems.is_empty(), "{problems:?}");
     model
 }
+
+/// A Service whose namespace, name and port name are as long as Kubernetes allows (63, 63
+/// and 15 characters): its `namespace/name:port` is 143 bytes, longer than the 128 `nft`
+/// reads back in a comment. A dual-stack LoadBalancer with source ranges, affinity on one of
+/// its two ports (chains of its own) and counters: every place a comment is written.
+pub fn longest_names() -> ProxyModel {
+    let namespace = format!("tenant-{}", "n".repeat(56));
+    let name = format!("service-{}", "s".repeat(55));
+    let mut svc = service(&namespace, &name, &["172.30.0.60", "fd00:10:96::60"], "TCP", 443, Some(30443));
+    svc.service_type = "LoadBalancer".into();
+    svc.ports[0].name = "https-metrics-1".into();
+    svc.ports.push(ServicePortSpec {
+        name: "dns-over-udp-53".into(),
+        protocol: "UDP".into(),
+        port: 53,
+        node_port: Some(30053),
+    });
+    svc.external_ips = vec!["192.0.2.60".into(), "2001:db8:60::1".into()];
+    svc.load_balancer_ingress =
+        vec![verdict_model::source::LoadBalancerIngress { ip: "198.51.100.60".into(), ip_mode: None }];
+    svc.load_balancer_source_ranges = vec!["203.0.113.0/24".into()];
+    let mut affinity = service(&namespace, &format!("sticky-{}", "s".repeat(56)), &["172.30.0.61"], "TCP", 80, None);
+    affinity.ports[0].name = "http-with-affin".into();
+    affinity.session_affinity = "ClientIP".into();
+    let mut slices = Vec::new();
+    for (svc, ports) in [(&svc, &svc.ports), (&affinity, &affinity.ports)] {
+        for (family, addrs) in [("IPv4", ["10.180.0.60", "10.180.1.60"]), ("IPv6", ["fd00:10::60", "fd00:10::61"])] {
+            let mut s = slice(&namespace, &svc.name, family, "TCP", 8443, &addrs, "test-node");
+            s.ports = ports
+                .iter()
+                .map(|p| EndpointPort { name: p.name.clone(), protocol: p.protocol.clone(), port: Some(8000 + p.port) })
+                .collect();
+            slices.push(s);
+        }
+    }
+    let config = ProxyConfig {
+        cluster_cidrs: vec![Cidr::parse_tolerant("10.0.0.0/8").unwrap()],
+        service_counters: verdict_model::ServiceCounters::All,
+        ..ProxyConfig::default()
+    };
+    let n = node(&["192.168.0.2", "2001:db8::2"]);
+    let BuildOutput { model, problems } = build_model(config, "test-node", Some(&n), &[], &[svc, affinity], &slices);
+    assert!(problems.is_empty(), "fixture has problems: {problems:?}");
+    model
+}

@@ -61,7 +61,7 @@ impl UdpFlow {
         let c1 = lab.cluster.pod("c1");
         let to: SocketAddr = to.parse().unwrap();
         let socket = c1.ns.run(|| {
-            let s = UdpSocket::bind((c1.ipv4, 0)).unwrap();
+            let s = UdpSocket::bind((c1.ip(to.is_ipv6()), 0)).unwrap();
             s.connect(to).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             s
@@ -126,6 +126,12 @@ fn with(lab: &Lab, extra_services: &[Svc], extra_slices: &[Eps]) -> BuildOutput 
     services.extend(extra_services.iter().cloned());
     slices.extend(extra_slices.iter().cloned());
     lab.build(lab.config(), &services, &slices)
+}
+
+/// The node's IPv6 conntrack entries (`conntrack -L` lists IPv4 only unless told).
+fn v6_entries(lab: &Lab) -> Vec<String> {
+    let out = lab.cluster.nodes[0].ns.check(&["conntrack", "-L", "-f", "ipv6", "-o", "id"]).expect("conntrack -L");
+    out.lines().map(str::to_string).collect()
 }
 
 fn reported(out: &BuildOutput, reason: &str) -> bool {
@@ -245,7 +251,8 @@ fn a_source_range_that_cannot_be_applied_drops_the_load_balancer_traffic() {
 fn an_object_over_the_element_cap_is_left_out_and_the_rest_is_programmed() {
     require_kernel!();
     let lab = lab("hostbig");
-    // 20 ports x 30 externalIPs: 600 ClusterIP and externalIP elements, over a cap of 100.
+    // 20 ports x 31 addresses, no endpoints: 640 objects (a cluster-ips element and a
+    // no-endpoint element per address and port), over a cap of 100.
     let ips: Vec<String> = (1..=30).map(|i| format!("192.168.99.{i}")).collect();
     let ip_refs: Vec<&str> = ips.iter().map(String::as_str).collect();
     let mut big = Svc::new("big", &["172.30.0.96"]).external_ips(&ip_refs);
@@ -266,4 +273,46 @@ fn an_object_over_the_element_cap_is_left_out_and_the_rest_is_programmed() {
     let listing = verdict_nft::text::listing(&rs);
     assert!(!listing.contains("192.168.99.") && !listing.contains("172.30.0.96"), "{listing}");
     owners_answer(&lab, &rs);
+}
+
+#[test]
+fn a_single_stack_service_takes_neither_the_other_familys_address_nor_its_flows() {
+    require_kernel!();
+    let lab = lab("hostfam");
+    // A dual-stack Service answering DNS on an IPv6 externalIP, and an IPv4-only Service of
+    // the untrusted namespace (named first) listing that address too, with an endpoint of its
+    // own. Upstream's per-family proxiers ignore the IPv4-only Service's IPv6 address.
+    const EXTERNAL: &str = "[2001:db8:99::53]:53";
+    let victim = Svc::new("victim", &["172.30.0.60", "fd00:172:30::60"])
+        .port("dns", "UDP", 53)
+        .external_ips(&["2001:db8:99::53"]);
+    let victim_slices = [
+        Eps::v4("victim").port("dns", "UDP", 8080).pod(&lab, "a1", Cond::Ready),
+        Eps::v6("victim").port("dns", "UDP", 8080).pod(&lab, "a1", Cond::Ready),
+    ];
+    let contender =
+        hostile(Svc::new("contender", &["172.30.0.61"]).port("dns", "UDP", 53).external_ips(&["2001:db8:99::53"]));
+    let contender_slice = hostile_slice(Eps::v4("contender").port("dns", "UDP", 8080).pod(&lab, "a2", Cond::Ready));
+
+    let alone = with(&lab, std::slice::from_ref(&victim), &victim_slices);
+    assert!(alone.problems.is_empty(), "{:?}", alone.problems);
+    lab.program(&alone.model);
+    let flow = UdpFlow::open(&lab, EXTERNAL);
+    assert_eq!(flow.ask().as_deref(), Some("a1"), "the victim answers on its IPv6 externalIP");
+    let entry = entry_of(&v6_entries(&lab), flow.port());
+    assert!(entry.is_some(), "the flow's entry exists");
+
+    let mut slices = victim_slices.to_vec();
+    slices.push(contender_slice);
+    let contended = with(&lab, &[victim, contender], &slices);
+    assert!(contended.problems.is_empty(), "{:?}", contended.problems);
+    for (before, after, when) in
+        [(&alone, &contended, "with the contender"), (&contended, &alone, "after it is deleted")]
+    {
+        sync(&lab, &before.model, &after.model);
+        assert_eq!(entry_of(&v6_entries(&lab), flow.port()), entry, "{when}: the victim's IPv6 flow's entry changed");
+        assert_eq!(flow.ask().as_deref(), Some("a1"), "{when}: the victim's IPv6 flow");
+        let rs = lab.program(&after.model);
+        lab.check(&rs, From::Pod("c1"), &format!("{EXTERNAL}/udp"), Expect::pods(&["a1"], true));
+    }
 }

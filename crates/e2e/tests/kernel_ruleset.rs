@@ -68,8 +68,9 @@ fn observe_reads_back_what_was_rendered() {
 fn nft_list_output_reloads_into_the_same_table() {
     require_kernel!();
     // all_features: iptables mode's kept rules too (the loopback guard, the output hook's
-    // localhost NodePorts, `ct state invalid drop`).
-    for model in [fixtures::mixed(), fixtures::all_features()] {
+    // localhost NodePorts, `ct state invalid drop`); longest_names: the longest names
+    // Kubernetes allows, whose comments `nft` must read back.
+    for model in [fixtures::mixed(), fixtures::all_features(), fixtures::longest_names()] {
         let rs = render(&model, &RenderOptions::default());
         let first = Netns::new("rt1").unwrap();
         program(&first, &rs);

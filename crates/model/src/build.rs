@@ -1,9 +1,10 @@
 //! Building the model from source records: validation, then Kubernetes semantics.
 
 use crate::claims::{ClaimIndex, PortClaims};
+use crate::cost::Budget;
 use crate::endpoints::{SelectionInput, select};
 use crate::names::{ServiceNames, Spellings};
-use crate::net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, special_address};
+use crate::net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, refused_endpoint_address, special_address};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::proxy_model::ProxyModel;
 use crate::slices::{Address, EndpointView, SliceView};
@@ -95,7 +96,7 @@ pub fn build_model(
             slices_by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).map(Vec::as_slice).unwrap_or_default();
         let (namespace, name) = (spellings.get(&svc.namespace), Arc::from(svc.name.as_str()));
         let names = ServiceNames { namespace: &namespace, name: &name, ports: &mut spellings };
-        for port in build_service(&model.node, &families, &model.config, svc, names, svc_slices, &mut problems) {
+        for port in build_service(&model, &families, svc, names, svc_slices, &mut problems) {
             claims.register(&PortClaims::of(&port));
             raw.push(port);
         }
@@ -184,29 +185,41 @@ fn traffic_policy(raw: &str, field: &str, r: &mut Reporter<'_>) -> bool {
 
 /// Which addresses a field may hold.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Claimable {
+enum Claimable<'a> {
     /// Any address (ClusterIPs: allocated by the API server from its ranges).
     Any,
-    /// No special address (see [`special_address`]): externalIPs and load balancer IPs, which
-    /// would otherwise capture traffic no Service may own.
-    Ordinary,
+    /// No special address (see [`special_address`]) and none of `reserved` (the API server's,
+    /// [`ProxyConfig::reserved_addresses`]): externalIPs and load balancer IPs, which would
+    /// otherwise capture traffic no Service may own.
+    Ordinary { reserved: &'a [IpAddr] },
 }
 
 fn parse_addresses<'s>(
     raws: impl IntoIterator<Item = &'s str>,
     families: &[IpFamily],
-    (what, reason, claimable): (&str, &'static str, Claimable),
+    (what, reason, claimable): (&str, &'static str, Claimable<'_>),
     r: &mut Reporter<'_>,
 ) -> Vec<IpAddr> {
     let mut out = Vec::new();
     // A set beside the vector (which keeps the order written): checking the vector for each
     // address was quadratic, 20,000 externalIPs took seconds.
     let mut seen = HashSet::new();
+    let reserved = match claimable {
+        Claimable::Any => &[][..],
+        Claimable::Ordinary { reserved } => reserved,
+    };
     for raw in raws {
         match parse_ip_checked(raw) {
-            Ok(ip) if claimable == Claimable::Ordinary && special_address(&ip).is_some() => {
+            Ok(ip) if claimable != Claimable::Any && special_address(&ip).is_some() => {
                 let kind = special_address(&ip).unwrap_or_default();
                 r.report(reason, format!("{what} {raw:?} is {kind}: no Service may claim it"));
+            }
+            Ok(ip) if reserved.contains(&ip) => {
+                let message = format!(
+                    "{what} {raw:?} is the API server's address, which this node's proxy connects to: no Service may \
+                     claim it, on any port"
+                );
+                r.report("ApiServerAddress", message);
             }
             // An address of a family this node does not program is the other half of a
             // dual-stack Service: not an error.
@@ -224,14 +237,14 @@ fn parse_addresses<'s>(
 
 /// Builds the ports of one Service; problems are recorded and the bad parts dropped.
 pub(crate) fn build_service<S: SliceView>(
-    node: &NodeFacts,
+    model: &ProxyModel,
     families: &[IpFamily],
-    config: &ProxyConfig,
     svc: &source::Service,
     names: ServiceNames<'_>,
     slices: &[S],
     problems: &mut Vec<Problem>,
 ) -> Vec<ServicePort> {
+    let (node, config) = (&model.node, &model.config);
     let mut r = Reporter { kind: ObjectKind::Service, namespace: &svc.namespace, name: &svc.name, problems };
     let service_type = if svc.service_type.is_empty() { "ClusterIP" } else { &svc.service_type };
     if service_type == "ExternalName" || !proxied_by_labels(&svc.labels) {
@@ -268,8 +281,16 @@ pub(crate) fn build_service<S: SliceView>(
         }
         return Vec::new();
     }
-    let external_field = ("externalIP", "InvalidExternalIP", Claimable::Ordinary);
-    let external_ips = parse_addresses(svc.external_ips.iter().map(String::as_str), families, external_field, &mut r);
+    // A Service is programmed only in the families it has a ClusterIP of (as upstream's
+    // per-family proxiers, which ignore the other family's externalIPs and load balancer
+    // IPs): an address of another family is dropped before ownership is decided, or it could
+    // win an address from a Service that programs it and program it nowhere.
+    let programmed: Vec<IpFamily> =
+        families.iter().copied().filter(|f| cluster_ips.iter().any(|ip| IpFamily::of(ip) == *f)).collect();
+    let ordinary = Claimable::Ordinary { reserved: &config.reserved_addresses };
+    let external_field = ("externalIP", "InvalidExternalIP", ordinary);
+    let external_ips =
+        parse_addresses(svc.external_ips.iter().map(String::as_str), &programmed, external_field, &mut r);
     let load_balancer_ips = if service_type == "LoadBalancer" {
         let captured = svc
             .load_balancer_ingress
@@ -278,8 +299,8 @@ pub(crate) fn build_service<S: SliceView>(
             // reach the node unchanged.
             .filter(|ing| !ing.ip.is_empty() && ing.ip_mode.as_deref() != Some("Proxy"))
             .map(|ing| ing.ip.as_str());
-        let field = ("load balancer ingress IP", "InvalidLoadBalancerIP", Claimable::Ordinary);
-        parse_addresses(captured, families, field, &mut r)
+        let field = ("load balancer ingress IP", "InvalidLoadBalancerIP", ordinary);
+        parse_addresses(captured, &programmed, field, &mut r)
     } else {
         Vec::new()
     };
@@ -300,21 +321,20 @@ pub(crate) fn build_service<S: SliceView>(
     if closed {
         source_ranges.clear();
     }
-    let addresses = cluster_ips.len() + external_ips.len() + load_balancer_ips.len();
-    let elements = svc.ports.len().saturating_mul(addresses).saturating_add(source_ranges.len());
-    if elements > config.max_elements_per_service {
-        r.report(
-            "TooManyElements",
-            format!(
-                "{} ports on {addresses} addresses and {} source ranges make {elements} elements, more than the \
-                 {} one Service may have; the Service is left out",
-                svc.ports.len(),
-                source_ranges.len(),
-                config.max_elements_per_service
-            ),
-        );
-        return Vec::new();
-    }
+    // What a port costs at least, before its endpoints are looked at: per family, its
+    // `cluster-ips` element and one element per address (its dispatch or no-endpoint
+    // element). A Service that cannot fit is refused before the ports that cannot fit are
+    // built.
+    let port_floor: usize = cluster_ips
+        .iter()
+        .map(|ip| {
+            let family = IpFamily::of(ip);
+            let outside: HashSet<&IpAddr> =
+                external_ips.iter().chain(&load_balancer_ips).filter(|a| IpFamily::of(a) == family).collect();
+            2 + outside.len()
+        })
+        .sum();
+    let mut cost = Budget { spent: 0, cap: config.max_elements_per_service };
     let external_policy_local = traffic_policy(&svc.external_traffic_policy, "externalTrafficPolicy", &mut r)
         && (service_type != "ClusterIP" || !external_ips.is_empty());
     let internal_policy_local = traffic_policy(&svc.internal_traffic_policy, "internalTrafficPolicy", &mut r);
@@ -386,6 +406,10 @@ pub(crate) fn build_service<S: SliceView>(
             port: names.ports.get(&spec.name),
             protocol,
         };
+        if !cost.affords(port_floor) {
+            r.report("TooManyElements", cost.refusal(cost.spent.saturating_add(port_floor), "at least "));
+            return Vec::new();
+        }
         let (endpoints, hints) = collect_endpoints(node, families, &name, slices, r.problems);
         let outside = OutsideAccess {
             external_ips: external_ips.clone(),
@@ -410,6 +434,11 @@ pub(crate) fn build_service<S: SliceView>(
             counted: config.service_counters.counts(&svc.labels),
         };
         select_endpoints(node, &mut port);
+        cost.spent = cost.spent.saturating_add(model.table_objects(&port));
+        if cost.spent > cost.cap {
+            r.report("TooManyElements", cost.refusal(cost.spent, ""));
+            return Vec::new();
+        }
         ports.push(port);
     }
     ports
@@ -497,6 +526,14 @@ fn collect_endpoints<S: SliceView>(
                 // A parsed address came from its canonical spelling, which is what it prints.
                 let raw = || raw.map_or_else(|| ip.map(|ip| ip.to_string()).unwrap_or_default(), str::to_string);
                 let addr = match parsed {
+                    Ok(addr) if let Some(kind) = refused_endpoint_address(&addr) => {
+                        let message = format!(
+                            "address {:?} is {kind}: the API server refuses it in an EndpointSlice, and so does verdict",
+                            raw()
+                        );
+                        r.report("InvalidEndpointAddress", message);
+                        continue;
+                    }
                     Ok(addr) if IpFamily::of(&addr) == family => addr,
                     Ok(_) => {
                         r.report(

@@ -287,8 +287,7 @@ impl ModelCache {
             let slices: Vec<StoredSliceRef<'_>> = unpacked.iter().map(|(n, s)| s.view(&k.0, n)).collect();
             let mut problems = Vec::new();
             let names = ServiceNames { namespace: &k.0, name: &k.1, ports: &mut self.spellings };
-            let config = &self.model.config;
-            let ports = build_service(&self.model.node, &families, config, &svc, names, &slices, &mut problems);
+            let ports = build_service(&self.model, &families, &svc, names, &slices, &mut problems);
             let claims: Box<[PortClaims]> = ports.iter().map(PortClaims::of).collect();
             for c in &claims {
                 self.claims.register(c);

@@ -11,6 +11,7 @@
 mod build;
 mod cache;
 mod claims;
+mod cost;
 mod endpoints;
 mod names;
 mod net;
@@ -29,7 +30,10 @@ pub use build::{
     build_model, proxied_by_labels, proxied_services_selector,
 };
 pub use cache::{ModelCache, PortChange, Rebuilt};
-pub use net::{AddressError, Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, parse_ip_tolerant, special_address};
+pub use net::{
+    AddressError, Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, parse_ip_tolerant, refused_endpoint_address,
+    special_address,
+};
 pub use nodeport::{NodePortAddresses, NodePortAddressesError, loopback_net, parse_nodeport_addresses};
 pub use ports::ServicePorts;
 pub use problem::{ObjectKind, ObjectRef, Problem};

@@ -143,6 +143,25 @@ pub fn special_address(ip: &IpAddr) -> Option<&'static str> {
     }
 }
 
+/// What an endpoint address the API server refuses in an EndpointSlice is, if it is one: its
+/// `ValidateEndpointIP` refuses unspecified, loopback, link-local unicast (169.254.0.0/16,
+/// fe80::/10) and link-local multicast (224.0.0.0/24, and IPv6 multicast of link-local
+/// scope, ffX2::/16) addresses. Other multicast and the broadcast address pass there, so they
+/// pass here. `None`: an endpoint may have it.
+pub fn refused_endpoint_address(ip: &IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(a) if a.is_unspecified() => Some("unspecified"),
+        IpAddr::V4(a) if a.is_loopback() => Some("loopback"),
+        IpAddr::V4(a) if a.is_link_local() => Some("link-local"),
+        IpAddr::V4(a) if a.octets()[..3] == [224, 0, 0] => Some("link-local multicast"),
+        IpAddr::V6(a) if a.is_unspecified() => Some("unspecified"),
+        IpAddr::V6(a) if a.is_loopback() => Some("loopback"),
+        IpAddr::V6(a) if a.is_unicast_link_local() => Some("link-local"),
+        IpAddr::V6(a) if a.segments()[0] & 0xff0f == 0xff02 => Some("link-local multicast"),
+        _ => None,
+    }
+}
+
 fn parse_ip_syntax(s: &str) -> Option<IpAddr> {
     let s = s.trim();
     if let Ok(ip) = IpAddr::from_str(s) {
@@ -326,6 +345,28 @@ mod tests {
         }
         for ip in ["10.96.0.10", "192.0.2.255", "203.0.113.7", "fd00::1", "2001:db8::1", "223.255.255.255"] {
             assert_eq!(special(ip), None, "{ip}");
+        }
+    }
+
+    #[test]
+    fn refused_endpoint_addresses_are_the_api_servers() {
+        let refused = |s: &str| refused_endpoint_address(&s.parse().unwrap());
+        for (ip, what) in [
+            ("0.0.0.0", "unspecified"),
+            ("::", "unspecified"),
+            ("127.0.0.1", "loopback"),
+            ("::1", "loopback"),
+            ("169.254.0.1", "link-local"),
+            ("fe80::1", "link-local"),
+            ("febf::1", "link-local"),
+            ("224.0.0.251", "link-local multicast"),
+            ("ff02::1", "link-local multicast"),
+            ("ff32::1", "link-local multicast"),
+        ] {
+            assert_eq!(refused(ip), Some(what), "{ip}");
+        }
+        for ip in ["10.244.0.1", "224.0.1.1", "239.255.255.250", "255.255.255.255", "ff05::2", "fec0::1", "fd00::1"] {
+            assert_eq!(refused(ip), None, "{ip}");
         }
     }
 

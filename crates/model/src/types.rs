@@ -81,16 +81,28 @@ pub struct ProxyConfig {
     pub families: Vec<IpFamily>,
     /// `--service-counters`: which Service ports get per-Service connection counters.
     pub service_counters: ServiceCounters,
-    /// The most set elements one Service may add: ports x (clusterIPs + externalIPs + load
-    /// balancer IPs), plus its source ranges. A Service beyond it is left out with a problem,
-    /// so that one object cannot make every node's table (and the agent's memory) grow
-    /// without bound.
+    /// The most table objects one Service may add on this node, all its ports and families
+    /// together, as [`crate::ProxyModel::table_objects`] counts them: its set and map elements
+    /// (one endpoint-map element per address and endpoint), and the chains, rules and sets of
+    /// ports with chains of their own. A Service beyond it is left out whole with a problem,
+    /// decided before it is rendered, so that one object bounds every node's table, the
+    /// agent's memory and its sync time.
     pub max_elements_per_service: usize,
+    /// Addresses no externalIP or load balancer IP may take, whatever the port: the API
+    /// server's, which the agent itself connects to (resolved by the agent at start). A
+    /// Service address equal to one would DNAT the node's own connections to the API server
+    /// (CVE-2020-8554); ClusterIPs are not checked (the `kubernetes` Service's ClusterIP is
+    /// the API server's in-cluster address, and the API server allocates ClusterIPs).
+    pub reserved_addresses: Vec<IpAddr>,
 }
 
-/// The default [`ProxyConfig::max_elements_per_service`]: far beyond any real Service (100
-/// ports on 20 dual-stack addresses is 2,000), far below the millions one object can ask for.
-pub const DEFAULT_MAX_ELEMENTS_PER_SERVICE: usize = 10_000;
+/// The default [`ProxyConfig::max_elements_per_service`]. A large real Service costs 32,600: a
+/// dual-stack LoadBalancer with an externalIP and a load balancer IP per family, 100 ports,
+/// 30 endpoints per family, NodePorts and counters (tested); the default leaves it half as
+/// much again. A Service at the cap renders in about 30 ms and a few MB (docs/operations.md),
+/// while one object of a thousand addresses and a slice of a thousand endpoints asks for a
+/// million.
+pub const DEFAULT_MAX_ELEMENTS_PER_SERVICE: usize = 50_000;
 
 /// Which Service ports are counted (`--service-counters`, `--service-counters-selector`).
 /// Counting adds sets and lookups to the table, so it is off unless asked for.
@@ -141,6 +153,7 @@ impl Default for ProxyConfig {
             families: IpFamily::ALL.to_vec(),
             service_counters: ServiceCounters::Off,
             max_elements_per_service: DEFAULT_MAX_ELEMENTS_PER_SERVICE,
+            reserved_addresses: Vec::new(),
         }
     }
 }
@@ -473,6 +486,41 @@ impl ServicePort {
     /// (a NodePort, an external IP or a load balancer IP).
     pub fn externally_accessible(&self) -> bool {
         self.node_port.is_some() || !self.external_ips().is_empty() || !self.load_balancer_ips().is_empty()
+    }
+
+    /// Whether the port needs chains of its own in the table: its endpoint choice depends on
+    /// the client (session affinity) or on where the traffic comes from (a Local policy).
+    pub fn needs_own_chains(&self) -> bool {
+        self.affinity_timeout.is_some()
+            || self.internal_policy_local
+            || (self.external_policy_local && self.externally_accessible())
+    }
+
+    /// Its external and load balancer IPs of family `f`, sorted, each once.
+    pub fn outside_addresses(&self, f: IpFamily) -> Vec<IpAddr> {
+        let mut addrs: Vec<IpAddr> = self
+            .external_ips()
+            .iter()
+            .chain(self.load_balancer_ips())
+            .filter(|a| IpFamily::of(a) == f)
+            .copied()
+            .collect();
+        addrs.sort();
+        addrs.dedup();
+        addrs
+    }
+
+    /// Its load balancer IPs of family `f` that `loadBalancerSourceRanges` filters, sorted,
+    /// each once: none when it has no range of this family, unless a range could not be
+    /// applied (then every family's are filtered, and no source is allowed).
+    pub fn firewalled_ips(&self, f: IpFamily) -> Vec<IpAddr> {
+        if !self.firewall_closed() && !self.source_ranges().iter().any(|c| c.family() == f) {
+            return Vec::new();
+        }
+        let mut ips: Vec<IpAddr> = self.load_balancer_ips().iter().filter(|a| IpFamily::of(a) == f).copied().collect();
+        ips.sort();
+        ips.dedup();
+        ips
     }
 }
 

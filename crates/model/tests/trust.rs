@@ -237,26 +237,28 @@ fn a_source_range_that_cannot_be_applied_fails_closed() {
     assert!(!port_of(&out, &ok).firewall_closed());
 }
 
-/// A Service asking for more set elements than the cap is left out with a problem; the others
-/// are not touched, and one at the cap is programmed.
+/// A Service asking for more table objects than the cap is left out with a problem; the
+/// others are not touched, and one at the cap is programmed.
 #[test]
 fn a_service_beyond_the_element_cap_is_left_out() {
     let mut big = service("ns", "big", "10.96.5.1", 80, "TCP");
     big.ports = (1..=3)
         .map(|i| ServicePortSpec { name: format!("p{i}"), protocol: "TCP".into(), port: 80 + i, node_port: None })
         .collect();
-    // 3 ports x (1 ClusterIP + 4 externalIPs, one of them twice) + 2 source ranges = 17.
+    // No endpoints: 3 ports x (its cluster-ips element + a no-endpoint element for the
+    // ClusterIP and each of 4 externalIPs, one listed twice) = 18; the source ranges filter no
+    // load balancer IP and write nothing.
     big.external_ips = ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.4"].map(String::from).to_vec();
     big.load_balancer_source_ranges = vec!["10.0.0.0/8".into(), "fd00::/8".into()];
     let small = service("ns", "small", "10.96.5.2", 80, "TCP");
     let both = [big.clone(), small.clone()];
     let at = |max| ProxyConfig { max_elements_per_service: max, ..ProxyConfig::default() };
 
-    let out = build_with(at(17), &both, &[]);
+    let out = build_with(at(18), &both, &[]);
     assert_eq!(out.model.services.len(), 4, "at the cap: programmed");
     assert!(out.problems.is_empty(), "{:#?}", out.problems);
 
-    let out = build_with(at(16), &both, &[]);
+    let out = build_with(at(17), &both, &[]);
     assert!(
         out.model.services.keys().all(|n| &*n.name == "small"),
         "{:?}",
@@ -266,6 +268,108 @@ fn a_service_beyond_the_element_cap_is_left_out() {
     let problems = problems_of(&out, &big);
     assert_eq!(problems.len(), 1, "{problems:#?}");
     assert_eq!(problems[0].reason, "TooManyElements");
-    assert!(problems[0].message.contains("17 elements"), "{problems:#?}");
-    assert_eq!(ProxyConfig::default().max_elements_per_service, 10_000);
+    assert!(problems[0].message.contains(" 18 objects") && problems[0].message.contains("the 17 one"), "{problems:#?}");
+}
+
+/// Issue 31: a Service programs an externalIP or load balancer IP only in a family it has a
+/// ClusterIP of (as upstream's per-family proxiers), so a single-stack Service's address of
+/// the other family is ignored before ownership is decided: it cannot take a dual-stack
+/// Service's address that it would never program itself.
+#[test]
+fn a_single_stack_service_takes_no_address_of_the_other_family() {
+    let mut victim = load_balancer(service("zz", "victim", "10.96.6.1", 53, "UDP"), &["2001:db8:1::53"]);
+    victim.cluster_ips.push("fd00:96::61".into());
+    victim.external_ips = vec!["2001:db8::53".into(), "192.0.2.53".into()];
+    let mut contender = load_balancer(service("aa", "contender", "10.96.6.2", 53, "UDP"), &["2001:db8:1::53"]);
+    contender.external_ips = vec!["2001:db8::53".into(), "192.0.2.54".into()];
+    contender.ports[0].node_port = Some(30054);
+    let out = build(&[contender.clone(), victim.clone()]);
+    let kept = port_of(&out, &victim);
+    assert_eq!(kept.external_ips(), &[ip("2001:db8::53"), ip("192.0.2.53")]);
+    assert_eq!(kept.load_balancer_ips(), &[ip("2001:db8:1::53")]);
+    assert!(problems_of(&out, &victim).is_empty(), "{:?}", out.problems);
+    let ignored = port_of(&out, &contender);
+    assert_eq!(ignored.external_ips(), &[ip("192.0.2.54")], "only its own family's");
+    assert!(ignored.load_balancer_ips().is_empty());
+    assert!(problems_of(&out, &contender).is_empty(), "ignored, as upstream does: {:?}", out.problems);
+    // Alone, the single-stack Service has no other-family address either.
+    let alone = build(std::slice::from_ref(&contender));
+    assert_eq!(port_of(&alone, &contender).external_ips(), &[ip("192.0.2.54")]);
+}
+
+/// Issue 31: the API server's address, which the agent connects to, is never an externalIP
+/// or load balancer IP, on any port; the rest of the Service is programmed. A ClusterIP equal
+/// to it (the `kubernetes` Service's, the in-cluster address) is programmed as ever.
+#[test]
+fn the_api_servers_address_is_no_services_external_address() {
+    let config = ProxyConfig { reserved_addresses: vec![ip("192.0.2.1"), ip("2001:db8::1")], ..ProxyConfig::default() };
+    let mut capture =
+        load_balancer(service("attacker", "capture", "10.96.7.1", 443, "TCP"), &["2001:db8::1", "198.51.100.9"]);
+    capture.cluster_ips.push("fd00:96::71".into());
+    capture.external_ips = vec!["192.0.2.1".into(), "192.0.2.9".into()];
+    // On another port than the API server's too: the whole address is the node's to reach.
+    let mut elsewhere = service("attacker", "elsewhere", "10.96.7.2", 80, "TCP");
+    elsewhere.external_ips = vec!["192.0.2.1".into()];
+    let kubernetes = service("default", "kubernetes", "192.0.2.1", 443, "TCP");
+    let services = [capture.clone(), elsewhere.clone(), kubernetes.clone()];
+    let out = build_with(config, &services, &[]);
+
+    let port = port_of(&out, &capture);
+    assert_eq!(port.external_ips(), &[ip("192.0.2.9")]);
+    assert_eq!(port.load_balancer_ips(), &[ip("198.51.100.9")]);
+    assert!(port_of(&out, &elsewhere).external_ips().is_empty());
+    let reasons: Vec<_> = out.problems.iter().map(|p| (p.object.name.as_str(), p.reason)).collect();
+    assert_eq!(
+        reasons,
+        [("capture", "ApiServerAddress"), ("capture", "ApiServerAddress"), ("elsewhere", "ApiServerAddress")],
+        "{:#?}",
+        out.problems
+    );
+    assert!(out.problems.iter().all(|p| p.message.contains("the API server's address")), "{:#?}", out.problems);
+    assert_eq!(&*port_of(&out, &kubernetes).cluster_ips, &[ip("192.0.2.1")], "a ClusterIP is not checked");
+}
+
+/// Issue 31: endpoint addresses the API server refuses in an EndpointSlice (its
+/// ValidateEndpointIP: unspecified, loopback, link-local, link-local multicast) are refused
+/// here too, each with a problem, so that a manifests directory (which no API server
+/// validated) cannot DNAT a Service to the node's own loopback or to a metadata server; the
+/// rest of the slice is programmed. What the API server accepts stays accepted.
+#[test]
+fn endpoint_addresses_the_api_server_refuses_are_refused() {
+    let svc = service("ns", "web", "10.96.8.1", 80, "TCP");
+    let mut svc6 = service("ns", "web6", "fd00:96::81", 80, "TCP");
+    svc6.ports[0].name = "p".into();
+    let slice = |service: &str, family: &str, addresses: &[&str]| EndpointSlice {
+        namespace: "ns".into(),
+        name: format!("{service}-{family}"),
+        service_name: service.into(),
+        address_type: family.into(),
+        ports: vec![EndpointPort { name: "p".into(), protocol: "TCP".into(), port: Some(8080) }],
+        endpoints: addresses
+            .iter()
+            .map(|a| Endpoint { addresses: vec![a.to_string()], ..Endpoint::default() })
+            .collect(),
+        trigger_time: None,
+    };
+    let refused4 = ["0.0.0.0", "127.0.0.1", "127.5.5.5", "169.254.169.254", "224.0.0.5"];
+    let refused6 = ["::", "::1", "fe80::1", "febf::1", "ff02::1", "ff12::2"];
+    // Accepted by the API server (global multicast, broadcast, site-local), and so here.
+    let kept4 = ["10.244.0.5", "239.1.2.3", "255.255.255.255"];
+    let kept6 = ["fd00:244::5", "ff05::1", "fec0::1"];
+    let slices = [
+        slice("web", "IPv4", &[&refused4[..], &kept4[..]].concat()),
+        slice("web6", "IPv6", &[&refused6[..], &kept6[..]].concat()),
+    ];
+    let out = build_with(ProxyConfig::default(), &[svc.clone(), svc6.clone()], &slices);
+    let addresses = |s: &Service| -> Vec<IpAddr> { port_of(&out, s).endpoints.iter().map(|e| e.target.addr).collect() };
+    let sorted = |a: &[&str]| {
+        let mut v: Vec<IpAddr> = a.iter().map(|s| ip(s)).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(addresses(&svc), sorted(&kept4));
+    assert_eq!(addresses(&svc6), sorted(&kept6));
+    let refusals: Vec<_> = out.problems.iter().filter(|p| p.reason == "InvalidEndpointAddress").collect();
+    assert_eq!(refusals.len(), refused4.len() + refused6.len(), "{:#?}", out.problems);
+    assert!(refusals.iter().all(|p| p.message.contains("the API server refuses")), "{refusals:#?}");
 }

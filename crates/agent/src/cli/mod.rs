@@ -115,9 +115,10 @@ pub struct RulesArgs {
     /// is present) or `key=value` requirements, all of which must hold.
     #[arg(long, value_name = "SELECTOR")]
     pub service_counters_selector: Option<String>,
-    /// The most set elements one Service may add to the table (ports x addresses, plus source
-    /// ranges); a Service beyond it is left out with a problem and an Event, so that one
-    /// object cannot grow the table without bound (default 10000).
+    /// The most table objects one Service may add (its set elements, addresses x endpoints in
+    /// the shared maps, and the chains, rules and sets of ports with chains of their own),
+    /// counted before rendering; a Service beyond it is left out whole with a problem and an
+    /// Event, so that one object cannot grow the table without bound (default 50000).
     #[arg(long, value_name = "N")]
     pub max_elements_per_service: Option<usize>,
     /// The fast path (off by default): interfaces, by name or name prefix (`veth*`),

@@ -115,6 +115,9 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
     };
     let fast_path_on = sync_cfg.fast_path;
     cfg.rules.proxy.families = crate::platform::kernel_families();
+    if let Source::ApiServer { kubeconfig, master } = &cfg.source {
+        cfg.rules.proxy.reserved_addresses = crate::api_address::reserved(kubeconfig.as_deref(), master.as_deref());
+    }
     cfg.rules.proxy.loopback_guard = !cfg.rules.proxy.localhost_nodeports && crate::platform::route_localnet_on();
     crate::platform::log_families(&cfg.rules.proxy.families);
     let cache = ModelCache::new(cfg.rules.proxy.clone(), &cfg.rules.node_name);

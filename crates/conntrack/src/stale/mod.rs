@@ -11,11 +11,13 @@ mod tests;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UdpTarget {
     /// The addresses the port answers on: ClusterIPs, external IPs, load balancer IPs (either
-    /// family; each is matched against entries of its own family).
+    /// family; each is matched against entries of its own family). A port is programmed in the
+    /// families it has a ClusterIP of, so these name its families too.
     pub addresses: Vec<IpAddr>,
     /// The Service port.
     pub port: u16,
-    /// The NodePort, if the Service has one.
+    /// The NodePort, if the Service has one: matched on the node's addresses of the families
+    /// of `addresses` only (a single-stack Service has no NodePort in the other family).
     pub node_port: Option<u16>,
     /// The IPs of the port's current *serving* endpoints (ready or not, terminating or not:
     /// like upstream, traffic policies and topology are not taken into account, so that a
@@ -30,7 +32,8 @@ pub struct UdpTarget {
 /// - its original destination is one of the target's `addresses` and its original destination
 ///   port is the target's `port`, or
 /// - its original destination port is the target's `node_port` and its original destination
-///   is one of `node_addresses` (the addresses on which this node accepts NodePort traffic).
+///   is one of `node_addresses` (the addresses on which this node accepts NodePort traffic) of
+///   a family the target has an address of.
 ///
 /// Like upstream kube-proxy:
 /// - only UDP entries are ever selected (TCP and SCTP are never touched);
@@ -60,8 +63,8 @@ struct Index {
     serving: Vec<HashSet<IpAddr>>,
     /// (service address, port) -> the targets (indices into `serving`) with that frontend.
     by_address: HashMap<(IpAddr, u16), Vec<usize>>,
-    /// node port -> the targets with that node port.
-    by_node_port: HashMap<u16, Vec<usize>>,
+    /// (node port, IPv6) -> the targets with that node port in that family.
+    by_node_port: HashMap<(u16, bool), Vec<usize>>,
     node_addresses: HashSet<IpAddr>,
 }
 
@@ -80,7 +83,11 @@ impl Index {
                 index.by_address.entry((address.to_canonical(), target.port)).or_default().push(i);
             }
             if let Some(node_port) = target.node_port.filter(|&p| p != 0) {
-                index.by_node_port.entry(node_port).or_default().push(i);
+                for v6 in [false, true] {
+                    if target.addresses.iter().any(|a| a.to_canonical().is_ipv6() == v6) {
+                        index.by_node_port.entry((node_port, v6)).or_default().push(i);
+                    }
+                }
             }
         }
         index
@@ -101,6 +108,7 @@ impl Index {
         if self.by_address.get(&(dst, e.orig_dport)).is_some_and(stale_for) {
             return true;
         }
-        self.node_addresses.contains(&dst) && self.by_node_port.get(&e.orig_dport).is_some_and(stale_for)
+        self.node_addresses.contains(&dst)
+            && self.by_node_port.get(&(e.orig_dport, dst.is_ipv6())).is_some_and(stale_for)
     }
 }

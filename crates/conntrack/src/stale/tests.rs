@@ -216,3 +216,17 @@ fn duplicate_frontends_keep_an_entry_served_by_either() {
     let entries = [udp(40001, "10.96.0.10", 53, "10.244.0.5"), udp(40002, "10.96.0.10", 53, "10.244.0.7")];
     assert_eq!(stale(&entries, &[dns(), twin]), [1]);
 }
+
+#[test]
+fn a_node_port_is_matched_only_in_the_targets_families() {
+    // An IPv4-only Service has no NodePort in IPv6: a flow to the node's IPv6 address on
+    // that port is someone else's (a host socket, another proxy) and is kept.
+    let entries = [
+        udp(40001, "10.0.0.1", 30053, "10.244.0.5"), // IPv4 NodePort, not serving -> stale
+        udp(40002, "fd00::1", 30053, "fd00:244::5"), // IPv6, where dns is not programmed -> kept
+    ];
+    assert_eq!(stale(&entries, &[dns()]), [0]);
+    let mut dual = dns();
+    dual.addresses.push(ip("fd00:96::10"));
+    assert_eq!(stale(&entries, &[dual]), [0, 1]);
+}

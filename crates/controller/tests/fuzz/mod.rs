@@ -262,20 +262,30 @@ pub fn hostile_service_cidr() -> impl Strategy<Value = ServiceCIDR> {
     })
 }
 
-/// Service `good-<i>/svc` with valid values, and its one IPv4 slice.
-pub fn good_service_and_slice(i: usize) -> impl Strategy<Value = (Service, EndpointSlice)> {
+/// An externalIP of a good Service, of either family (a pool no hostile generator draws
+/// from but the single-stack contenders').
+pub fn good_external_ip() -> impl Strategy<Value = String> {
+    prop_oneof![pool_v4(98), pool_v6(98)]
+}
+
+/// Service `good-<i>/svc` with valid values (some dual-stack, with externalIPs and load
+/// balancer IPs of both families), its IPv4 slice and, when dual-stack, its IPv6 slice.
+pub fn good_service_and_slice(i: usize) -> impl Strategy<Value = (Service, Vec<EndpointSlice>)> {
     let ports = prop::sample::subsequence(vec![("http", 80, "TCP"), ("dns", 53, "UDP"), ("sctp", 9, "SCTP")], 1..=3);
     let endpoints = vec((pool_v4(244), any::<bool>(), of(Just(NODE.to_string()))), 0..4);
+    let endpoints_v6 = vec((pool_v6(244), any::<bool>(), of(Just(NODE.to_string()))), 0..4);
     (
         prop::sample::select(vec!["ClusterIP", "NodePort", "LoadBalancer"]),
         (pool_v4(96), of(pool_v6(96))),
         ports,
         30000i32..30010,
         (prop::sample::select(vec!["Cluster", "Local"]), prop::sample::select(vec!["Cluster", "Local"])),
-        (of(pool_v4(97)), of(1i32..=86400)),
-        endpoints,
+        (of(pool_v4(97)), of(pool_v6(97)), of(1i32..=86400), vec(good_external_ip(), 0..3)),
+        (endpoints, endpoints_v6),
     )
-        .prop_map(move |(ty, (v4, v6), ports, node_port, (etp, itp), (lb, affinity), endpoints)| {
+        .prop_map(move |(ty, (v4, v6), ports, node_port, (etp, itp), outside, (endpoints, endpoints_v6))| {
+            let (lb, lb_v6, affinity, external_ips) = outside;
+            let dual_stack = v6.is_some();
             let ns = format!("good-{i}");
             let svc = Service {
                 metadata: meta(Some(ns.clone()), "svc".into(), BTreeMap::new()),
@@ -294,6 +304,7 @@ pub fn good_service_and_slice(i: usize) -> impl Strategy<Value = (Service, Endpo
                             })
                             .collect(),
                     ),
+                    external_ips: Some(external_ips),
                     external_traffic_policy: Some(etp.into()),
                     internal_traffic_policy: Some(itp.into()),
                     session_affinity: Some(if affinity.is_some() { "ClientIP" } else { "None" }.into()),
@@ -306,6 +317,7 @@ pub fn good_service_and_slice(i: usize) -> impl Strategy<Value = (Service, Endpo
                     load_balancer: Some(LoadBalancerStatus {
                         ingress: Some(
                             lb.into_iter()
+                                .chain(lb_v6)
                                 .map(|ip| LoadBalancerIngress { ip: Some(ip), ..Default::default() })
                                 .collect(),
                         ),
@@ -313,13 +325,13 @@ pub fn good_service_and_slice(i: usize) -> impl Strategy<Value = (Service, Endpo
                     ..Default::default()
                 }),
             };
-            let slice = EndpointSlice {
+            let slice = |family: &str, endpoints: Vec<(String, bool, Option<String>)>| EndpointSlice {
                 metadata: meta(
-                    Some(ns),
-                    "svc-1".into(),
+                    Some(ns.clone()),
+                    format!("svc-{}", family.to_lowercase()),
                     BTreeMap::from([(SERVICE_NAME_LABEL.to_string(), "svc".to_string())]),
                 ),
-                address_type: "IPv4".into(),
+                address_type: family.into(),
                 ports: Some(
                     ports
                         .iter()
@@ -341,12 +353,16 @@ pub fn good_service_and_slice(i: usize) -> impl Strategy<Value = (Service, Endpo
                     })
                     .collect(),
             };
-            (svc, slice)
+            let mut slices = vec![slice("IPv4", endpoints)];
+            if dual_stack {
+                slices.push(slice("IPv6", endpoints_v6));
+            }
+            (svc, slices)
         })
 }
 
 /// Up to `max` good Services with their slices, each in its own `good-<i>` namespace.
-pub fn good_objects(max: usize) -> impl Strategy<Value = Vec<(Service, EndpointSlice)>> {
+pub fn good_objects(max: usize) -> impl Strategy<Value = Vec<(Service, Vec<EndpointSlice>)>> {
     (0..=max).prop_flat_map(|n| (0..n).map(good_service_and_slice).collect::<Vec<_>>())
 }
 
@@ -428,5 +444,141 @@ pub fn squatter_service() -> impl Strategy<Value = Service> {
                 }),
                 ..Default::default()
             }),
+        })
+}
+
+/// A valid single-stack Service (IPv4-only or IPv6-only) in a namespace that sorts before
+/// every `good-*` one, on the good Services' ports, listing the good Services' externalIPs
+/// and load balancer IPs of the *other* family as its own, with an endpoint of its own
+/// family: upstream ignores them, so it must take none of them.
+pub fn single_stack_contender() -> impl Strategy<Value = (Service, EndpointSlice)> {
+    let ports = prop::sample::subsequence(vec![("http", 80, "TCP"), ("dns", 53, "UDP"), ("sctp", 9, "SCTP")], 1..=3);
+    (0u8..3, any::<bool>(), ports, vec(pool_v4(98), 1..4), vec(pool_v6(98), 1..4), of(pool_v6(97)), of(pool_v4(97)))
+        .prop_map(|(k, v4_only, ports, ext_v4, ext_v6, lb_v6, lb_v4)| {
+            let ns = format!("aa-bad-{k}");
+            let (cluster_ip, family, endpoint, external_ips, ingress) = match v4_only {
+                true => (format!("10.95.9.{}", k + 1), "IPv4", "10.246.0.1", ext_v6, lb_v6),
+                false => (format!("fd00:95:9::{}", k + 1), "IPv6", "fd00:246::1", ext_v4, lb_v4),
+            };
+            let svc = Service {
+                metadata: meta(Some(ns.clone()), "svc".into(), BTreeMap::new()),
+                spec: Some(ServiceSpec {
+                    type_: Some("LoadBalancer".into()),
+                    cluster_ips: Some(vec![cluster_ip]),
+                    ports: Some(
+                        ports
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (name, port, protocol))| ServicePort {
+                                name: Some(name.to_string()),
+                                port: *port,
+                                protocol: Some(protocol.to_string()),
+                                node_port: Some(31500 + 10 * i32::from(k) + i as i32),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                    external_ips: Some(external_ips),
+                    ..Default::default()
+                }),
+                status: Some(ServiceStatus {
+                    load_balancer: Some(LoadBalancerStatus {
+                        ingress: Some(
+                            ingress
+                                .into_iter()
+                                .map(|ip| LoadBalancerIngress { ip: Some(ip), ..Default::default() })
+                                .collect(),
+                        ),
+                    }),
+                    ..Default::default()
+                }),
+            };
+            let slice = EndpointSlice {
+                metadata: meta(
+                    Some(ns),
+                    "svc-1".into(),
+                    BTreeMap::from([(SERVICE_NAME_LABEL.to_string(), "svc".into())]),
+                ),
+                address_type: family.into(),
+                ports: Some(
+                    ports
+                        .iter()
+                        .map(|(name, port, protocol)| EndpointPort {
+                            name: Some(name.to_string()),
+                            port: Some(port + 8000),
+                            protocol: Some(protocol.to_string()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                endpoints: vec![Endpoint { addresses: vec![endpoint.into()], ..Default::default() }],
+            };
+            (svc, slice)
+        })
+}
+
+/// A valid Service of namespace `zz-big-<k>` or `aa-big-<k>` with many addresses (up to 300
+/// externalIPs of both families, from ranges no other generator uses) on up to 3 ports, and
+/// one slice per family with many endpoints (up to 1,000): its cost is addresses times
+/// endpoints, from a few hundred objects to hundreds of thousands.
+pub fn big_service_and_slices() -> impl Strategy<Value = (Service, Vec<EndpointSlice>)> {
+    let ports = prop::sample::subsequence(vec![("http", 80, "TCP"), ("dns", 53, "UDP"), ("alt", 8443, "TCP")], 1..=3);
+    let count = || prop_oneof![2 => 0usize..20, 1 => 20usize..300];
+    (0u8..3, any::<bool>(), ports, (count(), count()), (0usize..40, prop_oneof![2 => 0usize..50, 1 => 50usize..1000]))
+        .prop_map(|(k, first, ports, (ext_v4, ext_v6), (eps_v6, eps_v4))| {
+            let ns = format!("{}-big-{k}", if first { "aa" } else { "zz" });
+            let v4 = |i: usize| format!("198.18.{}.{}", i / 256, i % 256);
+            let v6 = |i: usize| format!("2001:db8:ff::{:x}", i + 1);
+            let external_ips: Vec<String> = (0..ext_v4).map(v4).chain((0..ext_v6).map(v6)).collect();
+            let svc = Service {
+                metadata: meta(Some(ns.clone()), "svc".into(), BTreeMap::new()),
+                spec: Some(ServiceSpec {
+                    type_: Some("ClusterIP".into()),
+                    cluster_ips: Some(vec![format!("10.95.8.{}", k + 1), format!("fd00:95:8::{}", k + 1)]),
+                    ports: Some(
+                        ports
+                            .iter()
+                            .map(|(name, port, protocol)| ServicePort {
+                                name: Some(name.to_string()),
+                                port: *port,
+                                protocol: Some(protocol.to_string()),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                    external_ips: Some(external_ips),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let slice = |family: &str, n: usize| EndpointSlice {
+                metadata: meta(
+                    Some(ns.clone()),
+                    format!("svc-{}", family.to_lowercase()),
+                    BTreeMap::from([(SERVICE_NAME_LABEL.to_string(), "svc".into())]),
+                ),
+                address_type: family.into(),
+                ports: Some(
+                    ports
+                        .iter()
+                        .map(|(name, port, protocol)| EndpointPort {
+                            name: Some(name.to_string()),
+                            port: Some(port + 1),
+                            protocol: Some(protocol.to_string()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                endpoints: (0..n)
+                    .map(|i| {
+                        let address = match family {
+                            "IPv4" => format!("10.247.{}.{}", i / 256, i % 256),
+                            _ => format!("fd00:247::{:x}", i + 1),
+                        };
+                        Endpoint { addresses: vec![address], ..Default::default() }
+                    })
+                    .collect(),
+            };
+            (svc, vec![slice("IPv4", eps_v4), slice("IPv6", eps_v6)])
         })
 }

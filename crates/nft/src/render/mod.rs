@@ -419,4 +419,6 @@ pub(crate) fn port_vmap(name: &str, family: IpFamily, comment: &str) -> SetDecl 
 }
 
 #[cfg(test)]
+mod cost_tests;
+#[cfg(test)]
 mod tests;

@@ -66,6 +66,25 @@ pub fn family_name(base: &str, family: IpFamily) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The longest comment `nft` reads back (libnftnl's `NFTNL_UDATA_COMMENT_MAXLEN`, in bytes):
+/// the kernel stores up to 256, but a listing with a longer one does not reload with `nft -f`.
+pub const MAX_COMMENT: usize = 128;
+
+/// The comment of a Service port's elements: `namespace/name:port`, cut to [`MAX_COMMENT`]
+/// bytes on a character boundary, as upstream cuts it (kubernetes #139516). Names at
+/// Kubernetes' longest (63, 63 and 15 characters) make 143.
+pub fn port_comment(spn: &ServicePortName) -> String {
+    let mut comment = spn.to_string();
+    if comment.len() > MAX_COMMENT {
+        let mut cut = MAX_COMMENT;
+        while !comment.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        comment.truncate(cut);
+    }
+    comment
+}
+
 /// The map of Service addresses with `n` endpoints, and the chain that DNATs through it.
 pub fn endpoints(n: usize, family: IpFamily) -> String {
     family_name(&format!("endpoints-{n}"), family).into_owned()
@@ -137,6 +156,20 @@ mod tests {
         assert_eq!(hashed("default/web/tcp/http"), "SUSTUHLJ-default/web/tcp/http");
         let ep = endpoint_base(&spn, &"10.180.0.1".parse().unwrap(), 80);
         assert_eq!(ep, "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80");
+    }
+
+    #[test]
+    fn port_comments_are_cut_to_what_nft_reads_back() {
+        let short = ServicePortName::new("ns1", "svc1", "p80", Protocol::Tcp);
+        assert_eq!(port_comment(&short), "ns1/svc1:p80");
+        let longest = ServicePortName::new(&"n".repeat(63), &"s".repeat(63), &"p".repeat(15), Protocol::Tcp);
+        let cut = port_comment(&longest);
+        assert_eq!(cut.len(), MAX_COMMENT);
+        assert!(longest.to_string().starts_with(&cut));
+        // A cut inside a character keeps the whole characters before it.
+        let wide = ServicePortName::new(&"n".repeat(63), &format!("{}é", "s".repeat(63)), "", Protocol::Tcp);
+        let cut = port_comment(&wide);
+        assert!(cut.len() <= MAX_COMMENT && cut.is_char_boundary(cut.len()));
     }
 
     #[test]

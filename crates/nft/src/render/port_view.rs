@@ -22,7 +22,7 @@ pub(crate) struct PortView<'a> {
     pub cluster_ip: IpAddr,
     /// The endpoints its traffic may reach.
     pub selection: Targets,
-    /// `namespace/name:port`, the comment of every element the port adds.
+    /// `namespace/name:port` (cut to 128 bytes), the comment of every element the port adds.
     pub comment: Arc<str>,
 }
 
@@ -35,7 +35,7 @@ impl<'a> PortView<'a> {
             family: f,
             cluster_ip: port.cluster_ip(f)?,
             selection: port.targets(f),
-            comment: Arc::from(port.name.to_string()),
+            comment: Arc::from(super::names::port_comment(&port.name)),
         })
     }
 
@@ -55,12 +55,7 @@ impl<'a> PortView<'a> {
 
     /// External IPs and load balancer IPs of this family.
     pub fn external_addresses(&self) -> Vec<IpAddr> {
-        let mut addrs: Vec<IpAddr> =
-            self.port.external_ips().iter().chain(self.port.load_balancer_ips()).copied().collect();
-        addrs.retain(|a| IpFamily::of(a) == self.family);
-        addrs.sort();
-        addrs.dedup();
-        addrs
+        self.port.outside_addresses(self.family)
     }
 
     /// Whether traffic from outside reaches this port in this family (NodePort, external or

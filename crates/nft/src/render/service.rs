@@ -23,14 +23,6 @@ pub(crate) fn is_shared(set: &str) -> bool {
     set.starts_with(CLUSTER_IPS) || set.starts_with(HAIRPIN_ENDPOINTS)
 }
 
-/// Whether a port needs chains of its own: its endpoint choice depends on the client
-/// (affinity) or on the traffic's origin (a Local policy).
-pub(crate) fn needs_own_chains(port: &ServicePort) -> bool {
-    port.affinity_timeout.is_some()
-        || port.internal_policy_local
-        || (port.external_policy_local && port.externally_accessible())
-}
-
 /// Writes `port`'s share of the table for family `f`.
 pub(crate) fn render(model: &ProxyModel, port: &ServicePort, f: IpFamily, sink: &mut impl Sink) {
     // A Service exists in a family only if it has a ClusterIP of that family (as upstream's
@@ -47,7 +39,7 @@ pub(crate) fn render(model: &ProxyModel, port: &ServicePort, f: IpFamily, sink: 
         sink.element(&hairpin, encode_concat(&[Value::Addr(ep.addr), Value::Addr(ep.addr)]), Elem::plain());
     }
 
-    if needs_own_chains(port) {
+    if port.needs_own_chains() {
         own::render(&view, sink);
     } else {
         render_shared(&view, sink);
@@ -92,15 +84,7 @@ fn count(view: &PortView, sink: &mut impl Sink) {
 /// the port has no ranges of this family, unless a range could not be applied: then every
 /// family's are filtered, and nothing is allowed).
 fn firewalled(view: &PortView) -> Vec<IpAddr> {
-    let f = view.family;
-    if !view.port.firewall_closed() && !view.port.source_ranges().iter().any(|c| c.family() == f) {
-        return Vec::new();
-    }
-    let mut lb_ips: Vec<IpAddr> =
-        view.port.load_balancer_ips().iter().filter(|a| IpFamily::of(a) == f).copied().collect();
-    lb_ips.sort();
-    lb_ips.dedup();
-    lb_ips
+    view.port.firewalled_ips(view.family)
 }
 
 /// The shared layout: every address points at the class chain of its endpoint count, and the
