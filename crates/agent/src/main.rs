@@ -16,6 +16,7 @@ mod incluster;
 mod kube;
 mod memory;
 mod notices;
+mod open_files;
 mod platform;
 mod privileges;
 mod process_metrics;
