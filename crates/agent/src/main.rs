@@ -3,6 +3,7 @@
 //!
 //! Invoked as `kube-proxy` (the name kubeadm's DaemonSet runs), it behaves as `verdict run`.
 
+mod api_bounds;
 mod api_rate;
 mod cli;
 mod commands;

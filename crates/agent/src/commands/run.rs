@@ -171,10 +171,17 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
         }
         Source::ApiServer { kubeconfig, master } => {
             let api = &cfg.settings.api;
-            let client =
-                rt.block_on(crate::kube::client(kubeconfig.as_deref(), master.as_deref(), api.qps, api.burst))?;
+            let timeout = cfg.api_timeout;
+            let client = rt.block_on(crate::kube::client(
+                kubeconfig.as_deref(),
+                master.as_deref(),
+                api.qps,
+                api.burst,
+                timeout,
+            ))?;
             rt.spawn(crate::kube::publish_events(client.clone(), node.clone(), notice_rx));
-            rt.spawn(async move { verdict_controller::watch::watch(client, &node, tx).await });
+            let bounds = verdict_controller::watch::WatchBounds { list_progress: timeout };
+            rt.spawn(async move { verdict_controller::watch::watch_bounded(client, &node, tx, bounds).await });
         }
     }
 
