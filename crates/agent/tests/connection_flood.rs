@@ -205,6 +205,11 @@ fn probes_answer(ns: &Netns, flood: &Flood, rounds: usize) -> Duration {
     slowest
 }
 
+/// `FLOOD` addresses of 10.77.0.0/16.
+fn many_sources() -> Vec<Ipv4Addr> {
+    (0..FLOOD).map(|i| Ipv4Addr::new(10, 77, 1 + (i / 250) as u8, 1 + (i % 250) as u8)).collect()
+}
+
 fn flood_targets() -> Vec<SocketAddr> {
     vec![SocketAddr::from((NODE_IP, HEALTHZ_PORT)), SocketAddr::from((NODE_IP, HEALTH_CHECK_PORT))]
 }
@@ -233,9 +238,7 @@ fn two_thousand_held_connections_lock_out_neither_probes_nor_load_balancers() {
     drop(flood);
 
     // 2,000 addresses holding one each.
-    let sources: Vec<Ipv4Addr> =
-        (0..FLOOD).map(|i| Ipv4Addr::new(10, 77, 1 + (i / 250) as u8, 1 + (i % 250) as u8)).collect();
-    let flood = Flood::start(&ns, sources, flood_targets());
+    let flood = Flood::start(&ns, many_sources(), flood_targets());
     let slowest = probes_answer(&ns, &flood, 20);
     eprintln!("{FLOOD} sources: {} connections opened, slowest probe {slowest:?}", flood.opened());
     assert!(agent.try_wait().unwrap().is_none(), "the agent exited: {}", agent.log_tail(30));
@@ -271,7 +274,8 @@ fn the_open_file_limit_is_raised_to_the_hard_limit_and_connections_stay_under_it
     let scratch = TempDir::with_prefix("verdict-nofile-").unwrap();
     let agent = start_agent(&ns, &scratch, &["prlimit", "--nofile=256:256"]);
     ready(&ns, &agent);
-    let flood = Flood::start(&ns, vec![Ipv4Addr::new(10, 77, 0, 1)], flood_targets());
+    // From many addresses: every place is taken.
+    let flood = Flood::start(&ns, many_sources(), flood_targets());
     let slowest = probes_answer(&ns, &flood, 10);
     let fds = open_fds(&agent);
     assert!(fds < 256, "the agent holds {fds} files");

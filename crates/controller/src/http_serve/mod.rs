@@ -68,7 +68,8 @@ pub async fn serve(listener: TcpListener, limits: Limits, connections: Arc<Conne
     let mut pause = FIRST_PAUSE;
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            // Accepting only when there is room keeps the sockets within the file budget.
+            accepted = async { connections.room().await; listener.accept().await } => match accepted {
                 Ok((stream, peer)) => {
                     pause = FIRST_PAUSE;
                     let own = places::is_own(peer, stream.local_addr().ok());

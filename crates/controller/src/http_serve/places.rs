@@ -9,12 +9,13 @@
 //! or from the address it reaches: kubelet's probes, a node-local agent) have a share of
 //! [`Caps::own`] places that no other connection ever takes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 /// Files kept for the agent's own work (netlink and API sockets, manifests, the state file)
@@ -116,6 +117,9 @@ struct Entry {
 struct Table {
     next_id: u64,
     entries: HashMap<u64, Entry>,
+    /// Connections closed to make room whose sockets are not closed yet (their tasks end at
+    /// their next poll): they still hold a file each.
+    closing: HashSet<u64>,
     per_source: HashMap<Source, usize>,
     own: usize,
     listeners: usize,
@@ -123,6 +127,11 @@ struct Table {
 }
 
 impl Table {
+    /// Sockets open: served, and closing.
+    fn open(&self) -> usize {
+        self.entries.len() + self.closing.len()
+    }
+
     fn remove(&mut self, id: u64) -> Option<Entry> {
         let entry = self.entries.remove(&id)?;
         if entry.own {
@@ -154,6 +163,8 @@ pub struct Connections {
     caps: Caps,
     epoch: Instant,
     table: Mutex<Table>,
+    /// Told when a socket is closed.
+    freed: Notify,
 }
 
 impl fmt::Debug for Connections {
@@ -190,7 +201,12 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.connections.lock().remove(self.id);
+        let mut table = self.connections.lock();
+        if table.remove(self.id).is_none() {
+            table.closing.remove(&self.id);
+        }
+        drop(table);
+        self.connections.freed.notify_waiters();
     }
 }
 
@@ -206,7 +222,7 @@ impl Drop for Listening {
 impl Connections {
     /// A table with these caps.
     pub fn new(caps: Caps) -> Arc<Connections> {
-        Arc::new(Connections { caps, epoch: Instant::now(), table: Mutex::new(Table::default()) })
+        Arc::new(Connections { caps, epoch: Instant::now(), table: Mutex::new(Table::default()), freed: Notify::new() })
     }
 
     /// The caps it was made with.
@@ -238,6 +254,24 @@ impl Connections {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Waits until a new connection can be accepted without going over the capacity: while
+    /// it is reached and connections closed to make room still hold their sockets (a moment).
+    /// Meanwhile new connections wait in the listener's backlog, holding no file.
+    pub(super) async fn room(&self) {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let table = self.lock();
+                if table.closing.is_empty() || table.open() < Self::capacity_of(self.caps, &table) {
+                    return;
+                }
+            }
+            freed.await;
+        }
+    }
+
     pub(super) fn listening(self: &Arc<Self>) -> Listening {
         self.lock().listeners += 1;
         Listening(self.clone())
@@ -249,7 +283,7 @@ impl Connections {
         let source = Source::of(peer);
         let mut table = self.lock();
         let capacity = Self::capacity_of(self.caps, &table);
-        let full = table.entries.len() >= capacity;
+        let full = table.open() >= capacity;
         let others_victim = |t: &Table| t.victim(|e| !e.own, |e| t.per_source.get(&e.source).copied().unwrap_or(0));
         let victim = if own {
             if table.own >= self.caps.own || (full && table.own == table.entries.len()) {
@@ -272,7 +306,10 @@ impl Connections {
             None
         };
         let mut close = None;
-        if let Some(evicted) = victim.and_then(|id| table.remove(id)) {
+        if let Some(id) = victim
+            && let Some(evicted) = table.remove(id)
+        {
+            table.closing.insert(id);
             self.note_eviction(&mut table, evicted.source, peer, capacity);
             close = evicted.abort;
         }
@@ -432,6 +469,25 @@ mod tests {
         assert_eq!(c.capacity(), 8);
         drop(listeners);
         assert_eq!(c.capacity(), 10);
+    }
+
+    #[test]
+    fn no_connection_is_accepted_while_those_closed_for_room_still_hold_their_sockets() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let c = Connections::new(caps(2, 2, 1));
+        let (first, _) = admit(&rt, &c, "10.0.0.1", false).unwrap();
+        let _second = admit(&rt, &c, "10.0.0.2", false).unwrap();
+        let room = |c: &Arc<Connections>| {
+            rt.block_on(async { tokio::time::timeout(Duration::from_millis(20), c.room()).await.is_ok() })
+        };
+        // At the cap with nothing closing: room (the next one makes its own, by closing one).
+        assert!(room(&c));
+        let _third = admit(&rt, &c, "10.0.0.3", false).unwrap();
+        assert_eq!(c.held(), 2);
+        // `first` was closed for it, but its socket is open until its task is dropped.
+        assert!(!room(&c));
+        drop(first);
+        assert!(room(&c));
     }
 
     #[test]
