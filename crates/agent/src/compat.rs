@@ -298,7 +298,11 @@ pub const METRICS: &[Entry] = &[
     ("hidden_metrics_total", NoEffect, "component-base's; not served"),
     ("kubernetes_build_info", NoEffect, "not served (`--version` says verdict's)"),
     ("kubernetes_feature_enabled", NoEffect, "not served: verdict has no gates"),
-    ("rest_client_*", NoEffect, "client-go's; not served"),
+    (
+        "rest_client_*",
+        NoEffect,
+        "client-go's; not served (`verdict_api_stalls_total` and `verdict_api_progress_timestamp_seconds` say how lists and watches fare)",
+    ),
 ];
 
 fn table(out: &mut String, title: &str, rows: &[Entry]) {

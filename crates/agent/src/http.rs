@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use verdict_controller::health::{HealthReport, ProxyHealth};
-use verdict_controller::http_serve::{self, Handler, Limits};
+use verdict_controller::http_serve::{self, Connections, Handler, Limits};
 use verdict_controller::metrics as m;
 
 /// An answer: status, content type, body.
@@ -53,9 +53,11 @@ pub fn health_routes(health_state: Arc<ProxyHealth>) -> impl Fn(&str) -> RouteRe
 }
 
 /// Binds now (so a taken port fails the start), serves in the background with the shared
-/// limits of every verdict listener (header timeout, connection cap, bounded heads).
+/// limits of every verdict listener (header timeout, bounded heads) and its connections in
+/// `connections`, the table every listener of the agent shares.
 pub async fn serve(
     addr: SocketAddr,
+    connections: Arc<Connections>,
     routes: impl Fn(&str) -> RouteResponse + Send + Sync + 'static,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr).await?;
@@ -69,6 +71,6 @@ pub async fn serve(
         headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         resp
     });
-    tokio::spawn(http_serve::serve(listener, Limits::default(), handler));
+    tokio::spawn(http_serve::serve(listener, Limits::default(), connections, handler));
     Ok(bound)
 }

@@ -5,14 +5,22 @@ use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use std::path::Path;
+use std::time::Duration;
 use verdict_controller::sync::ProblemNotice;
 use verdict_model::ObjectKind;
 
 /// A client from a kubeconfig, or the pod's service account with `--master`, or in-cluster
 /// configuration with neither (as kube-proxy falls back to it; `config` checked it and warned);
 /// `master` overrides the server; requests are limited to `qps` after a burst of `burst`, as
-/// client-go's are.
-pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>, qps: f64, burst: u32) -> Result<kube::Client> {
+/// client-go's are, and bounded by `timeout` and client-go's frame limit (see
+/// [`crate::api_bounds`]).
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    master: Option<&str>,
+    qps: f64,
+    burst: u32,
+    timeout: Duration,
+) -> Result<kube::Client> {
     let mut config = match (kubeconfig, master) {
         (Some(path), _) => {
             let kc =
@@ -42,7 +50,11 @@ pub async fn client(kubeconfig: Option<&Path>, master: Option<&str>, qps: f64, b
         config.cluster_url = m.parse().with_context(|| format!("--master {m:?}"))?;
     }
     let builder = kube::client::ClientBuilder::try_from(config).context("creating the Kubernetes client")?;
-    Ok(builder.with_layer(&crate::api_rate::RateLimitLayer::new(qps, burst)).build())
+    // The bounds inside the rate limit: a request's time counts from when it is sent.
+    Ok(builder
+        .with_layer(&crate::api_bounds::BoundsLayer::new(timeout))
+        .with_layer(&crate::api_rate::RateLimitLayer::new(qps, burst))
+        .build())
 }
 
 /// The longest Event note the API server accepts, in bytes.

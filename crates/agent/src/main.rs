@@ -4,6 +4,7 @@
 //! Invoked as `kube-proxy` (the name kubeadm's DaemonSet runs), it behaves as `verdict run`.
 
 mod api_address;
+mod api_bounds;
 mod api_rate;
 mod cli;
 mod commands;
@@ -17,6 +18,7 @@ mod incluster;
 mod kube;
 mod memory;
 mod notices;
+mod open_files;
 mod platform;
 mod privileges;
 mod process_metrics;

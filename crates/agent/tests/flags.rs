@@ -78,6 +78,8 @@ fn bad_flags_exit_64_with_one_line() {
         "--service-counters-period",
     );
     assert_usage(&["run", "--service-counters-period", "0s", "--hostname-override", "n"], "greater than 0");
+    assert_usage(&["run", "--api-timeout", "soon", "--hostname-override", "n"], "--api-timeout");
+    assert_usage(&["run", "--api-timeout", "0s", "--hostname-override", "n"], "--api-timeout must be greater than 0");
     assert_usage(
         &["run", "--service-counters", "labelled", "--hostname-override", "n"],
         "needs --service-counters-selector",

@@ -1,23 +1,25 @@
 //! Clients cannot wear the HTTP servers down (root only, each in a network namespace of its
-//! own): 300 clients that send half a request line and stop hold neither `/healthz` nor a
-//! Service's health check port, and are closed after the header-read timeout; the shared serve
-//! path closes connections beyond its cap at once and refuses oversized heads.
+//! own): 300 clients (from 300 addresses) that send half a request line and stop hold neither
+//! `/healthz` nor a Service's health check port, and are closed after the header-read timeout; at its cap the
+//! shared serve path closes the least recently active connection for a new one (never the new
+//! one), and refuses oversized heads. `connection_flood.rs` holds more than any cap.
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, body::Incoming};
+use socket2::{Domain, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
-use verdict_controller::http_serve::{self, Handler, Limits};
+use verdict_controller::http_serve::{self, Caps, Connections, Handler, Limits};
 use verdict_e2e::agent_process::{AgentLaunch, AgentProcess};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
 
 /// The agent's header-read timeout (`Limits::default()`).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 const HEALTH_CHECK_PORT: u16 = 30999;
 /// The node's address, where health check ports listen.
 const NODE_IP: [u8; 4] = [192, 168, 50, 11];
@@ -46,7 +48,7 @@ fn start_agent(ns: &Netns, scratch: &TempDir) -> AgentProcess {
         .arg("--manifests")
         .arg(&dir)
         .args(["--hostname-override", "node1", "--cluster-cidr", "10.244.0.0/16"])
-        .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"])
+        .args(["--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "0.0.0.0:10256"])
         .args(["--min-sync-period", "100ms", "--sync-period", "1s", "--state-dir"])
         .arg(scratch.path().join("state"))
         .spawn()
@@ -63,12 +65,18 @@ fn status(ip: [u8; 4], port: u16, path: &str) -> Option<u16> {
     text.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// `n` clients that send half a request line to `ip`:`port` and never finish it.
+/// `n` clients that send half a request line to `ip`:`port` and never finish it, from `n`
+/// addresses of 10.77.0.0/16 (one place each: no client's share is exceeded).
 fn slow_clients(ip: [u8; 4], port: u16, n: usize) -> Vec<TcpStream> {
     (0..n)
         .map(|i| {
-            let mut s = TcpStream::connect(std::net::SocketAddr::from((ip, port)))
+            let source = std::net::Ipv4Addr::new(10, 77, (i / 250) as u8, 1 + (i % 250) as u8);
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            socket.bind(&std::net::SocketAddr::from((source, 0)).into()).unwrap();
+            socket
+                .connect(&std::net::SocketAddr::from((ip, port)).into())
                 .unwrap_or_else(|e| panic!("slow client {i}: {e}"));
+            let mut s: TcpStream = socket.into();
             s.write_all(b"GET /heal").unwrap();
             s
         })
@@ -98,6 +106,7 @@ fn three_hundred_slow_clients_hold_neither_healthz_nor_a_health_check_port() {
     require_kernel!();
     let ns = Netns::new("slow").unwrap();
     ns.ip(&["addr", "add", "192.168.50.11/32", "dev", "lo"]).unwrap();
+    ns.ip(&["route", "add", "local", "10.77.0.0/16", "dev", "lo"]).unwrap();
     let scratch = TempDir::with_prefix("verdict-slow-clients-").unwrap();
     let agent = start_agent(&ns, &scratch);
     agent.wait("/healthz and the health check port", || {
@@ -108,7 +117,7 @@ fn three_hundred_slow_clients_hold_neither_healthz_nor_a_health_check_port() {
 
     let opened = Instant::now();
     let mut held = ns.run(|| {
-        let mut held = slow_clients(LOCALHOST, 10256, 300);
+        let mut held = slow_clients(NODE_IP, 10256, 300);
         answers_quickly(LOCALHOST, 10256, "/healthz");
         held.extend(slow_clients(NODE_IP, HEALTH_CHECK_PORT, 300));
         answers_quickly(NODE_IP, HEALTH_CHECK_PORT, "/");
@@ -125,35 +134,38 @@ fn three_hundred_slow_clients_hold_neither_healthz_nor_a_health_check_port() {
 }
 
 /// The shared serve path itself, with small limits, on a runtime of a thread in `ns`.
-fn serve_in(ns: &Netns, limits: Limits, f: impl FnOnce(u16) + Send) {
+fn serve_in(ns: &Netns, limits: Limits, caps: Caps, f: impl FnOnce(u16) + Send) {
     ns.run(|| {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let port = listener.local_addr().unwrap().port();
         let handler: Handler = Arc::new(|_req: &Request<Incoming>| Response::new(Full::new(Bytes::from("ok"))));
-        let server = rt.spawn(http_serve::serve(listener, limits, handler));
+        let server = rt.spawn(http_serve::serve(listener, limits, Connections::new(caps), handler));
         f(port);
         server.abort();
     });
 }
 
 #[test]
-fn connections_beyond_the_cap_are_closed_at_once_and_heads_are_bounded() {
+fn at_the_cap_a_new_connection_takes_the_oldest_place_and_heads_are_bounded() {
     require_kernel!();
     let ns = Netns::new("cap").unwrap();
-    let limits = Limits { header_read_timeout: Duration::from_secs(1), max_connections: 3, max_header_bytes: 1024 };
-    serve_in(&ns, limits, |port| {
+    ns.ip(&["route", "add", "local", "10.77.0.0/16", "dev", "lo"]).unwrap();
+    let limits = Limits { header_read_timeout: Duration::from_secs(1), max_header_bytes: 1024 };
+    let caps = Caps { total: 3, per_source: 3, own: 3, files: None };
+    serve_in(&ns, limits, caps, |port| {
         let mut held = slow_clients(LOCALHOST, port, 3);
         // Let the server take the three before the fourth comes.
         std::thread::sleep(Duration::from_millis(200));
-        let mut extra = slow_clients(LOCALHOST, port, 1);
         let start = Instant::now();
-        assert!(closed_by_server(&mut extra[0], Duration::from_millis(500)), "the fourth connection was served");
-        assert!(start.elapsed() < Duration::from_millis(500));
-        assert!(!closed_by_server(&mut held[0], Duration::from_millis(100)), "a held connection was closed early");
+        // The fourth is served, at once; the oldest held one made room for it.
+        assert_eq!(status(LOCALHOST, port, "/"), Some(200));
+        assert!(start.elapsed() < Duration::from_millis(500), "took {:?}", start.elapsed());
+        assert!(closed_by_server(&mut held[0], Duration::from_millis(500)), "the oldest held connection is open");
+        assert!(!closed_by_server(&mut held[2], Duration::from_millis(100)), "a newer held connection was closed");
 
-        // The timeout frees the three places.
-        for s in &mut held {
+        // The timeout closes the others.
+        for s in &mut held[1..] {
             assert!(closed_by_server(s, Duration::from_secs(3)), "a slow client outlived the header timeout");
         }
         assert_eq!(status(LOCALHOST, port, "/"), Some(200));

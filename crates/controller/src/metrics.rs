@@ -70,6 +70,15 @@ pub const FOREIGN_PROXY_WHATS: [&str; 4] =
 pub const FOREIGN_DROP_CHAINS: &str = "verdict_foreign_drop_chains";
 /// Problem Events not published because the queue to the API was full (counter).
 pub const EVENTS_DROPPED: &str = "verdict_events_dropped_total";
+/// Lists and watches of the API server abandoned, by `kind` and `reason` (`timeout`: no answer,
+/// or no whole list, or no progress in a list, within `--api-timeout`; `oversized`: a watch
+/// line over 16 MiB) (counter).
+pub const API_STALLS: &str = "verdict_api_stalls_total";
+/// When a list or watch of `kind` last made progress: a watch line (an event or a bookmark) or
+/// a whole list page arrived (gauge, unix seconds).
+pub const API_PROGRESS: &str = "verdict_api_progress_timestamp_seconds";
+/// HTTP connections closed to make room for a new one (counter; see `crate::http_serve`).
+pub const HTTP_EVICTIONS: &str = "verdict_http_connections_evicted_total";
 
 /// The label upstream's per-family metrics carry.
 pub const IP_FAMILY: &str = "ip_family";
@@ -166,6 +175,19 @@ pub fn describe() {
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
     describe_counter!(EVENTS_DROPPED, "Problem Events dropped because the queue to the API server was full");
+    describe_counter!(
+        API_STALLS,
+        "Lists and watches of the API server abandoned and retried, by kind and reason (timeout: no answer, no whole list or no progress in a list within --api-timeout; oversized: a watch event over 16 MiB)"
+    );
+    describe_gauge!(
+        API_PROGRESS,
+        metrics::Unit::Seconds,
+        "When a list or watch of the kind last made progress (a watch event or bookmark, or a whole list page arrived)"
+    );
+    describe_counter!(
+        HTTP_EVICTIONS,
+        "Connections to the metrics, health and health check ports closed to make room for a new one (the least recently active of the source holding the most)"
+    );
     describe_gauge!(FOREIGN_PROXY, "Another proxy's Service rules on this node (1 while present), by what was found");
     describe_gauge!(
         FOREIGN_DROP_CHAINS,

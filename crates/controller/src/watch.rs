@@ -8,6 +8,7 @@
 
 use crate::decode::{WatchedService, WatchedSlice};
 use crate::event::{Event, Kind, Object};
+use crate::metrics as m;
 use crate::translate;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -67,18 +68,82 @@ fn streaming_refused(e: &watcher::Error) -> bool {
 /// How many objects one page of a paged list holds, where streaming lists are not offered.
 const PAGE_SIZE: u32 = 500;
 
-async fn run<K, F>(api: Api<K>, config: watcher::Config, kind: Kind, tx: SyncSender<Event>, translate: F)
-where
+/// Bounds on the lists the watchers make (the API client bounds each request: see the agent's
+/// `api_bounds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchBounds {
+    /// How long a list may go without its next object (a streaming list) or page (a paged
+    /// one) before it is abandoned and made again: a list that stalls half-way would
+    /// otherwise hold every later change of its kind back until the watch's own timeout.
+    pub list_progress: Duration,
+}
+
+impl Default for WatchBounds {
+    /// A minute: the API server's own timeout for a request.
+    fn default() -> Self {
+        WatchBounds { list_progress: Duration::from_secs(60) }
+    }
+}
+
+/// The `kind` label of the API metrics.
+fn label(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Service => "Service",
+        Kind::EndpointSlice => "EndpointSlice",
+        Kind::Node => "Node",
+        Kind::ServiceCidr => "ServiceCIDR",
+    }
+}
+
+async fn run<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: Kind,
+    tx: SyncSender<Event>,
+    translate: F,
+    bounds: WatchBounds,
+) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     F: Fn(K) -> Object,
 {
     // A streaming list (a watch with `sendInitialEvents`) costs the API server one request
     // served from its watch cache, and arrives object by object; paged lists are the fallback.
+    let start = |streaming: bool| {
+        let config = match streaming {
+            true => config.clone().streaming_lists(),
+            false => config.clone().page_size(PAGE_SIZE),
+        };
+        watcher(api.clone(), config).default_backoff().boxed()
+    };
     let mut streaming = true;
-    let mut stream = watcher(api.clone(), config.clone().streaming_lists()).default_backoff().boxed();
-    while let Some(item) = stream.next().await {
+    let mut stream = start(streaming);
+    // From a list's start to its end, each object (or page) must come within the bound. The
+    // time the sync loop takes to accept what came is not counted: it is spent in `forward`.
+    let mut listing = false;
+    loop {
+        let next = match listing {
+            true => tokio::time::timeout(bounds.list_progress, stream.next()).await,
+            false => Ok(stream.next().await),
+        };
+        let Ok(next) = next else {
+            tracing::warn!(
+                ?kind,
+                "the list made no progress in {:?} (--api-timeout): abandoned, listing again",
+                bounds.list_progress
+            );
+            metrics::counter!(m::API_STALLS, "kind" => label(kind), "reason" => "timeout").increment(1);
+            stream = start(streaming);
+            listing = false;
+            continue;
+        };
+        let Some(item) = next else { return };
         match item {
             Ok(ev) => {
+                match ev {
+                    watcher::Event::Init => listing = true,
+                    watcher::Event::InitDone => listing = false,
+                    _ => {}
+                }
                 if !forward(kind, &tx, ev, &translate).await {
                     return; // the sync loop is gone
                 }
@@ -86,15 +151,25 @@ where
             Err(e) if streaming && streaming_refused(&e) => {
                 tracing::info!(?kind, "the API server does not offer streaming lists ({e}); using paged lists");
                 streaming = false;
-                stream = watcher(api.clone(), config.clone().page_size(PAGE_SIZE)).default_backoff().boxed();
+                listing = false;
+                stream = start(streaming);
             }
-            Err(e) => tracing::warn!(?kind, "watch failed (retrying with backoff): {e}"),
+            Err(e) => {
+                // The watcher starts over after its backoff, which the bound must not cut.
+                listing = false;
+                tracing::warn!(?kind, "watch failed (retrying with backoff): {e}");
+            }
         }
     }
 }
 
-/// Watches everything the node needs until the sync loop goes away.
+/// Watches everything the node needs until the sync loop goes away, with the default bounds.
 pub async fn watch(client: Client, node_name: &str, tx: SyncSender<Event>) {
+    watch_bounded(client, node_name, tx, WatchBounds::default()).await;
+}
+
+/// Watches everything the node needs until the sync loop goes away.
+pub async fn watch_bounded(client: Client, node_name: &str, tx: SyncSender<Event>, bounds: WatchBounds) {
     // Services handed to another proxy, and headless Services, with their slices, are left
     // out by the API server (upstream kube-proxy's selector; manifests apply the same rule).
     let selector = verdict_model::proxied_services_selector();
@@ -105,6 +180,7 @@ pub async fn watch(client: Client, node_name: &str, tx: SyncSender<Event>) {
         Kind::Service,
         tx.clone(),
         |s: WatchedService| Object::Service(s.record),
+        bounds,
     );
     let slices = run(
         Api::<WatchedSlice>::all(client.clone()),
@@ -112,6 +188,7 @@ pub async fn watch(client: Client, node_name: &str, tx: SyncSender<Event>) {
         Kind::EndpointSlice,
         tx.clone(),
         |e: WatchedSlice| Object::EndpointSlice(e.record),
+        bounds,
     );
     let node = run(
         Api::<Node>::all(client.clone()),
@@ -119,14 +196,15 @@ pub async fn watch(client: Client, node_name: &str, tx: SyncSender<Event>) {
         Kind::Node,
         tx.clone(),
         |n: Node| Object::Node(translate::node(&n)),
+        bounds,
     );
-    let service_cidrs = watch_service_cidrs(client, tx);
+    let service_cidrs = watch_service_cidrs(client, tx, bounds);
     tokio::join!(services, slices, node, service_cidrs);
 }
 
 /// ServiceCIDRs are optional: an API server that does not serve them (before Kubernetes 1.33,
 /// or with the API off) leaves `--service-cluster-ip-range` as the only source.
-async fn watch_service_cidrs(client: Client, tx: SyncSender<Event>) {
+async fn watch_service_cidrs(client: Client, tx: SyncSender<Event>, bounds: WatchBounds) {
     let api = Api::<ServiceCIDR>::all(client);
     match api.list(&kube::api::ListParams::default().limit(1)).await {
         Err(kube::Error::Api(e)) if e.code == 404 => {
@@ -138,9 +216,14 @@ async fn watch_service_cidrs(client: Client, tx: SyncSender<Event>) {
         Err(e) => tracing::warn!("listing ServiceCIDRs failed (watching anyway): {e}"),
         Ok(_) => {}
     }
-    run(api, watcher::Config::default(), Kind::ServiceCidr, tx, |c: ServiceCIDR| {
-        Object::ServiceCidr(translate::service_cidr(&c))
-    })
+    run(
+        api,
+        watcher::Config::default(),
+        Kind::ServiceCidr,
+        tx,
+        |c: ServiceCIDR| Object::ServiceCidr(translate::service_cidr(&c)),
+        bounds,
+    )
     .await;
 }
 

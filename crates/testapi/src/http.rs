@@ -135,15 +135,17 @@ fn serve(
         )
     };
     let (code, value) = match verb {
-        Verb::List => (200, list::list(store, (ty_idx, &ty), &filter()?, query, output)?),
+        Verb::List => {
+            let list = list::list(store, (ty_idx, &ty), &filter()?, query, output)?;
+            if store.faults.take_stall(ty_idx) {
+                let body = serde_json::to_vec(&list).expect("JSON values serialize");
+                return Ok(stream_response(crate::faults::stalled(body)));
+            }
+            (200, list)
+        }
         Verb::Watch => {
             let chunks = watch::watch(store.clone(), (ty_idx, &ty), filter()?, query, output)?;
-            let body = StreamBody::new(chunks.map_ok(Frame::data));
-            return Ok(Response::builder()
-                .status(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(UnsyncBoxBody::new(body))
-                .expect("static response parts are valid"));
+            return Ok(stream_response(chunks));
         }
         Verb::Get => {
             let key = (path.namespace.clone().unwrap_or_default(), path.name.clone().unwrap_or_default());
@@ -158,6 +160,16 @@ fn serve(
         Verb::Other => return Err(ApiError::no_route()),
     };
     Ok(json_response(code, &value))
+}
+
+/// A 200 JSON response whose body is `chunks`, sent as they come.
+fn stream_response(chunks: impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static) -> Response<Body> {
+    let body = StreamBody::new(chunks.map_ok(Frame::data));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(UnsyncBoxBody::new(body))
+        .expect("static response parts are valid")
 }
 
 /// Discovery and health endpoints; 404 for everything else.

@@ -18,7 +18,8 @@
 //!
 //! Tests change the cluster with [`TestApiServer::apply`] and [`TestApiServer::delete`],
 //! disturb clients with [`TestApiServer::drop_watches`], [`TestApiServer::break_watches`] and
-//! [`TestApiServer::compact`], and assert with [`TestApiServer::requests`] and
+//! [`TestApiServer::compact`], play a broken or hostile server with
+//! [`TestApiServer::stall_next_list`] and [`TestApiServer::send_oversized_line`], and assert with [`TestApiServer::requests`] and
 //! [`TestApiServer::events`].
 //!
 //! ```no_run
@@ -37,6 +38,7 @@
 //! # }
 //! ```
 
+mod faults;
 mod http;
 mod list;
 mod output;

@@ -281,6 +281,22 @@ impl TestApiServer {
         self.inner.store.set_streaming_lists(offered);
     }
 
+    /// Plays a server that stalls: the next list of `K` (a LIST request, or the initial events
+    /// of a streaming list) sends half of its body (half its objects), then nothing more,
+    /// holding the connection open until the client gives up. Later lists are whole.
+    pub fn stall_next_list<K: ApiObject>(&self) {
+        let idx = self.inner.store.ensure_type(ResourceType::of::<K>());
+        self.inner.store.faults.stall_next_list(idx);
+    }
+
+    /// Plays a hostile server: the next watch response of `K` starts with one line of `bytes`
+    /// bytes (blanks, then a newline; streamed, never held by the server), then goes on as
+    /// usual. A client that does not bound a line holds all of it.
+    pub fn send_oversized_line<K: ApiObject>(&self, bytes: u64) {
+        let idx = self.inner.store.ensure_type(ResourceType::of::<K>());
+        self.inner.store.faults.oversize_next_watch(idx, bytes);
+    }
+
     /// Response body bytes sent so far (lists, watch streams, everything), as a measure of
     /// what clients cost the server.
     pub fn bytes_sent(&self) -> u64 {

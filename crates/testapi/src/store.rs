@@ -158,6 +158,8 @@ pub(crate) struct Store {
     bytes_sent: AtomicU64,
     no_streaming_lists: AtomicBool,
     termination: watch::Sender<(u64, Termination)>,
+    /// Faults the test armed (see [`crate::faults`]).
+    pub faults: crate::faults::Faults,
 }
 
 impl Store {
@@ -179,6 +181,7 @@ impl Store {
             bytes_sent: AtomicU64::new(0),
             no_streaming_lists: AtomicBool::new(false),
             termination: watch::Sender::new((0, Termination::None)),
+            faults: crate::faults::Faults::default(),
         }
     }
 

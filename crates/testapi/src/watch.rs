@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -95,8 +95,13 @@ pub(crate) fn watch(
             return Err(ApiError::too_large_resource_version(rv, current));
         }
     }
+    let streaming_list = matches!(request.start, WatchStart::Now { synthetic_adds: true, .. });
+    let stall_in = (streaming_list && store.faults.take_stall(ty_idx)).then_some(());
+    let oversized = store.faults.take_oversized(ty_idx);
     let (handle, initial) = store.watch(ty_idx, filter, request.start);
     let ends_with_error = matches!(initial.last(), Some(WatchItem::Error(_)));
+    // A stalled streaming list sends half its objects, then nothing.
+    let stall_in = stall_in.map(|()| initial.len() / 2);
     let now = Instant::now();
     let session = Session {
         next_bookmark: now + store.bookmark_interval(),
@@ -109,8 +114,11 @@ pub(crate) fn watch(
         ty: ty.clone(),
         output,
         done: false,
+        stall_in,
     };
-    Ok(futures::stream::unfold(session, |mut s| async move { s.next_chunk().await.map(|chunk| (chunk, s)) }))
+    let events = futures::stream::unfold(session, |mut s| async move { s.next_chunk().await.map(|chunk| (chunk, s)) });
+    let first = futures::stream::iter(oversized.map(crate::faults::oversized_line)).flatten();
+    Ok(first.chain(events))
 }
 
 /// How many bytes of already-decided events one chunk of a watch response carries at most.
@@ -129,6 +137,8 @@ struct Session {
     ty: ResourceType,
     output: Output,
     done: bool,
+    /// With a stalled streaming list: how many more initial events are sent before the stall.
+    stall_in: Option<usize>,
 }
 
 impl Session {
@@ -141,15 +151,24 @@ impl Session {
             if self.handle.termination.has_changed().unwrap_or(true) {
                 return self.terminate();
             }
+            if self.stall_in == Some(0) {
+                // Stalled: nothing more until the test ends the watch (or the client leaves).
+                let _ = self.handle.termination.changed().await;
+                return self.terminate();
+            }
             if !self.pending.is_empty() {
                 // Lines decided up front go out in large chunks, as the real server's buffered
                 // writer sends them: one HTTP chunk per event would make a streamed list of
                 // 100k objects cost the server (and the machine it shares) far more than it does.
                 let mut chunk = Vec::new();
                 while chunk.len() < PENDING_CHUNK
+                    && self.stall_in != Some(0)
                     && let Some(item) = self.pending.pop_front()
                 {
                     self.encode_into(item, &mut chunk);
+                    if let Some(left) = &mut self.stall_in {
+                        *left -= 1;
+                    }
                 }
                 return Some(Ok(Bytes::from(chunk)));
             }

@@ -194,6 +194,11 @@ pub struct RunArgs {
     /// every start reads the whole table).
     #[arg(long, value_name = "DIR", default_value = "/run/verdict")]
     pub state_dir: String,
+    /// How long the API server has to answer a request, to send a whole list page, and to
+    /// send the next object of a list (default 1m, the API server's own request timeout):
+    /// beyond it the list or watch is abandoned and retried.
+    #[arg(long, value_name = "DURATION")]
+    pub api_timeout: Option<String>,
     /// How often `--service-counters` are read from the kernel for `/metrics` (default 10s;
     /// never more often than every 20 reads' duration, so reading takes at most 5% of a core).
     #[arg(long, value_name = "DURATION")]

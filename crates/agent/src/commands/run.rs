@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use verdict_controller::conntrack::ConntrackCleaner;
 use verdict_controller::health::ProxyHealth;
+use verdict_controller::http_serve::Connections;
 use verdict_controller::metrics as m;
 use verdict_controller::service_health::ServiceHealthServer;
 use verdict_controller::sync::{ProblemNotice, SyncConfig, SyncLoop};
@@ -82,13 +83,14 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
     crate::privileges::drop_after_start()?;
     crate::memory::return_freed_memory();
     let prom = install_metrics()?;
+    let connections = crate::open_files::connections(crate::open_files::raise_to_hard_limit());
     let health = Arc::new(ProxyHealth::new(cfg.sync_period * 2));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     // A one-shot run serves nothing: its ports would be open for a moment, to nobody, and
     // could collide with the daemon of the same node.
     let counted_keys = SharedKeys::default();
     if !cfg.once {
-        rt.block_on(serve_endpoints(&cfg, prom, health.clone(), counted_keys.clone()))?;
+        rt.block_on(serve_endpoints(&cfg, prom, health.clone(), counted_keys.clone(), connections.clone()))?;
     }
 
     let mut nl = Netlink::open().context("opening netlink (verdict needs CAP_NET_ADMIN)")?;
@@ -127,6 +129,7 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
         SyncLoop::new(cache, nl, sync_cfg, health.clone()).with_notices(move |n: ProblemNotice| notice_tx.send(n));
     if !cfg.once {
         let service_health = ServiceHealthServer::new(rt.handle().clone(), health)
+            .with_connections(connections)
             .with_notices(&cfg.rules.node_name, move |n| health_notice_tx.send(n));
         sync_loop = sync_loop
             .with_after_sync(service_health)
@@ -171,10 +174,17 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
         }
         Source::ApiServer { kubeconfig, master } => {
             let api = &cfg.settings.api;
-            let client =
-                rt.block_on(crate::kube::client(kubeconfig.as_deref(), master.as_deref(), api.qps, api.burst))?;
+            let timeout = cfg.api_timeout;
+            let client = rt.block_on(crate::kube::client(
+                kubeconfig.as_deref(),
+                master.as_deref(),
+                api.qps,
+                api.burst,
+                timeout,
+            ))?;
             rt.spawn(crate::kube::publish_events(client.clone(), node.clone(), notice_rx));
-            rt.spawn(async move { verdict_controller::watch::watch(client, &node, tx).await });
+            let bounds = verdict_controller::watch::WatchBounds { list_progress: timeout };
+            rt.spawn(async move { verdict_controller::watch::watch_bounded(client, &node, tx, bounds).await });
         }
     }
 
@@ -228,6 +238,7 @@ async fn serve_endpoints(
     prom: PrometheusHandle,
     health: Arc<ProxyHealth>,
     counted_keys: SharedKeys,
+    connections: Arc<Connections>,
 ) -> Result<()> {
     if let Some(addr) = cfg.metrics_addr {
         let counters = match cfg.rules.proxy.service_counters.enabled() {
@@ -238,11 +249,13 @@ async fn serve_endpoints(
             false => None,
         };
         let routes = http::metrics_routes(prom, health.clone(), counters);
-        serve_or_retry(addr, routes, "metrics: /metrics /proxyMode", cfg.settings.bind_address_hard_fail).await?;
+        let what = "metrics: /metrics /proxyMode";
+        serve_or_retry(addr, connections.clone(), routes, what, cfg.settings.bind_address_hard_fail).await?;
     }
     if let Some(addr) = cfg.healthz_addr {
         let routes = http::health_routes(health);
-        serve_or_retry(addr, routes, "health: /healthz /livez", cfg.settings.bind_address_hard_fail).await?;
+        serve_or_retry(addr, connections, routes, "health: /healthz /livez", cfg.settings.bind_address_hard_fail)
+            .await?;
     }
     Ok(())
 }
@@ -253,13 +266,19 @@ const BIND_RETRY: Duration = Duration::from_secs(5);
 /// Serves `routes` on `addr`. A port that cannot be bound fails the start with
 /// `bindAddressHardFail`; otherwise, as kube-proxy does, the agent proxies anyway and tries
 /// again every 5 s, with one line per failure.
-async fn serve_or_retry<R>(addr: std::net::SocketAddr, routes: R, what: &'static str, hard_fail: bool) -> Result<()>
+async fn serve_or_retry<R>(
+    addr: std::net::SocketAddr,
+    connections: Arc<Connections>,
+    routes: R,
+    what: &'static str,
+    hard_fail: bool,
+) -> Result<()>
 where
     R: Fn(&str) -> http::RouteResponse + Send + Sync + 'static,
 {
     let routes = Arc::new(routes);
     let first = routes.clone();
-    match http::serve(addr, move |path: &str| first(path)).await {
+    match http::serve(addr, connections.clone(), move |path: &str| first(path)).await {
         Ok(bound) => {
             tracing::info!(%bound, "{what}");
             Ok(())
@@ -271,7 +290,7 @@ where
                 loop {
                     tokio::time::sleep(BIND_RETRY).await;
                     let routes = routes.clone();
-                    match http::serve(addr, move |path: &str| routes(path)).await {
+                    match http::serve(addr, connections.clone(), move |path: &str| routes(path)).await {
                         Ok(bound) => return tracing::info!(%bound, "{what}"),
                         Err(e) => tracing::error!("serving {what} on {addr}: {e}; trying again in {BIND_RETRY:?}"),
                     }

@@ -304,6 +304,8 @@ pub struct RunConfig {
     pub state_dir: Option<std::path::PathBuf>,
     /// How often the per-Service counters are read (see `crate::counters`).
     pub service_counters_period: Duration,
+    /// How long the API server has to answer, send a list page, or the next object of a list.
+    pub api_timeout: Duration,
     /// The `--config` file, watched: a change makes the agent exit, as kube-proxy does.
     pub config_file: Option<PathBuf>,
 }
@@ -386,6 +388,10 @@ impl RunConfig {
             return Err(bad("--service-counters-period must be greater than 0"));
         }
         let ipvs_drain_timeout = own_duration("ipvs-drain-timeout", &args.ipvs_drain_timeout)?;
+        let api_timeout = own_duration("api-timeout", args.api_timeout.as_deref().unwrap_or("1m"))?;
+        if api_timeout.is_zero() {
+            return Err(bad("--api-timeout must be greater than 0"));
+        }
         let action = match (args.cleanup == Some(true), args.upstream.init_only == Some(true)) {
             (true, true) => return Err(bad("--cleanup and --init-only cannot be combined")),
             (true, false) => Action::Cleanup,
@@ -428,6 +434,7 @@ impl RunConfig {
             sync_period,
             state_dir: Some(args.state_dir.trim()).filter(|d| !d.is_empty()).map(std::path::PathBuf::from),
             service_counters_period,
+            api_timeout,
             config_file: args.rules.config.clone(),
         };
         effective.warnings.extend(source_warnings);

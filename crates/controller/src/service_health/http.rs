@@ -1,7 +1,7 @@
 //! The answer of a health-check listener, and the HTTP serving of one listener.
 
 use crate::health::ProxyHealth;
-use crate::http_serve::{self, Handler, Limits};
+use crate::http_serve::{self, Connections, Handler, Limits};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, X_CONTENT_TYPE_OPTIONS};
@@ -82,10 +82,15 @@ fn response(shared: &Shared, proxy: &ProxyHealth) -> Response<Full<Bytes>> {
 
 /// Accepts and serves until the task is aborted; aborting it closes the listener and every
 /// connection it accepted.
-pub(super) async fn serve(listener: TcpListener, shared: Arc<Shared>, proxy: Arc<ProxyHealth>) {
+pub(super) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    proxy: Arc<ProxyHealth>,
+    connections: Arc<Connections>,
+) {
     // Every request gets the same answer, whatever its path.
     let handler: Handler = Arc::new(move |_req: &Request<Incoming>| response(&shared, &proxy));
-    http_serve::serve(listener, Limits::default(), handler).await;
+    http_serve::serve(listener, Limits::default(), connections, handler).await;
 }
 
 #[cfg(test)]

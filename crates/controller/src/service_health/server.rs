@@ -3,6 +3,7 @@
 use super::http::{Shared, serve};
 use super::targets::HealthTarget;
 use crate::health::ProxyHealth;
+use crate::http_serve::{Caps, Connections};
 use crate::sync::ProblemNotice;
 use nix::sys::socket::{setsockopt, sockopt::Ipv6V6Only};
 use std::collections::BTreeMap;
@@ -48,6 +49,7 @@ pub struct ServiceHealthServer {
     proxy: Arc<ProxyHealth>,
     services: Mutex<BTreeMap<(String, String), Instance>>,
     notices: Option<Notices>,
+    connections: Arc<Connections>,
 }
 
 /// Where bind failures are announced (as Events, by the agent).
@@ -107,7 +109,20 @@ impl ServiceHealthServer {
     /// A server with no listeners yet; they are served on `runtime`, and answer with the
     /// proxy's health.
     pub fn new(runtime: Handle, proxy: Arc<ProxyHealth>) -> Self {
-        ServiceHealthServer { runtime, proxy, services: Mutex::new(BTreeMap::new()), notices: None }
+        ServiceHealthServer {
+            runtime,
+            proxy,
+            services: Mutex::new(BTreeMap::new()),
+            notices: None,
+            connections: Connections::new(Caps::default()),
+        }
+    }
+
+    /// Serves the listeners' connections from `connections`, the table the process's other
+    /// HTTP listeners share (by default, a table of its own).
+    pub fn with_connections(mut self, connections: Arc<Connections>) -> Self {
+        self.connections = connections;
+        self
     }
 
     /// Announces each Service whose health check port cannot be opened through `notify`, once
@@ -193,7 +208,12 @@ impl ServiceHealthServer {
                 match self.listen(SocketAddr::new(addr, inst.port)) {
                     Ok(listener) => {
                         tracing::info!(service = %inst.shared, port = inst.port, %addr, "opened health check");
-                        let task = self.runtime.spawn(serve(listener, inst.shared.clone(), self.proxy.clone()));
+                        let task = self.runtime.spawn(serve(
+                            listener,
+                            inst.shared.clone(),
+                            self.proxy.clone(),
+                            self.connections.clone(),
+                        ));
                         inst.listeners.insert(addr, task);
                     }
                     Err(e) if bind.is_empty() && addr.is_ipv6() && no_ipv6(&e) => {
