@@ -70,6 +70,9 @@ pub const FOREIGN_PROXY_WHATS: [&str; 4] =
 pub const FOREIGN_DROP_CHAINS: &str = "verdict_foreign_drop_chains";
 /// Problem Events not published because the queue to the API was full (counter).
 pub const EVENTS_DROPPED: &str = "verdict_events_dropped_total";
+/// Problem Events by what became of them: `written` by this node, `already_written` (another
+/// node had written the same Event: the API server wrote nothing), `failed` (counter).
+pub const EVENTS: &str = "verdict_events_total";
 
 /// The label upstream's per-family metrics carry.
 pub const IP_FAMILY: &str = "ip_family";
@@ -166,6 +169,7 @@ pub fn describe() {
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");
     describe_gauge!(PROBLEMS, "Objects (or parts) verdict cannot program, by reason");
     describe_counter!(EVENTS_DROPPED, "Problem Events dropped because the queue to the API server was full");
+    describe_counter!(EVENTS, "Problem Events by result: written, already_written (by another node), failed");
     describe_gauge!(FOREIGN_PROXY, "Another proxy's Service rules on this node (1 while present), by what was found");
     describe_gauge!(
         FOREIGN_DROP_CHAINS,
