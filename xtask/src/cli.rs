@@ -25,8 +25,12 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Installs missing packages (as root), then fmt, clippy, every test and the e2e scenarios
+    /// Installs missing packages (as root), then fmt, clippy, cargo deny, every test and the e2e
+    /// scenarios
     Test(Test),
+    /// cargo-deny (installed once if missing): advisories from the vendored RustSec database,
+    /// licences, bans and sources, as deny.toml says, after checking deny.toml refuses what it should
+    Deny,
     /// A two-node namespace cluster with verdict agents: a Service created, scaled, deleted
     Demo,
     /// Cold sync and one-endpoint change: verdict over netlink vs `nft -f` (report in

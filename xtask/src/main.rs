@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo xtask test    install what is missing, build, run every test (kernel and packet tests too)
+//! cargo xtask deny    cargo-deny: advisories (vendored RustSec snapshot), licences, bans, sources
 //! cargo xtask demo    a two-node namespace cluster with verdict agents: a Service created, scaled, deleted
 //! cargo xtask bench   verdict's netlink programming vs `nft -f`, into target/bench/report.md
 //! cargo xtask bench --e2e   `verdict run` against the test API server: start, restart, RSS
@@ -20,6 +21,7 @@
 //! The flags of each command are in `cli.rs` (`cargo xtask <command> --help`).
 
 mod cli;
+mod deny;
 mod deps;
 mod image;
 mod kernels;
@@ -42,6 +44,7 @@ fn main() {
 fn real_main(cli: Cli) -> Result<()> {
     match cli.command {
         Some(Command::Test(a)) => test(&a.forwarded()),
+        Some(Command::Deny) => deny::deny(),
         Some(Command::Demo) => demo(),
         Some(Command::Bench(a)) => bench(&a),
         Some(Command::E2e(a)) => e2e(&a),
@@ -57,6 +60,7 @@ fn test(extra: &[String]) -> Result<()> {
     deps::ensure()?;
     run::cargo(&["fmt", "--all", "--", "--check"])?;
     run::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    deny::deny()?;
     let mut test_args = vec!["test", "--workspace", "--release"];
     test_args.extend(extra.iter().map(String::as_str));
     // As root, kernel tests must run: a skip would hide that they did not.

@@ -13,6 +13,7 @@ mod compat;
 mod config;
 mod conntrack_sysctl;
 mod counters;
+mod events;
 mod http;
 mod incluster;
 mod kube;

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use verdict_e2e::agent_process::AgentLaunch;
+use verdict_e2e::agent_process::{AgentLaunch, AgentProcess};
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::require_kernel;
@@ -283,7 +283,8 @@ fn a_full_sync_deletes_the_chains_of_a_dead_trace_and_keeps_a_live_one() {
     require_kernel!();
     let ns = programmed("trsync");
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
-    for (name, until) in [("trace-1-output", now - 1), ("trace-2-output", now + 3600)] {
+    let (dead, live) = (format!("trace-1-output-until-{}", now - 1), format!("trace-2-output-until-{}", now + 3600));
+    for (name, until) in [(&dead, now - 1), (&live, now + 3600)] {
         let chain = format!(
             "add chain inet kube-proxy {name} {{ type filter hook output priority mangle; policy accept; }}\n\
              add rule inet kube-proxy {name} ip daddr {CLUSTER_IP} tcp dport 80 ct state new meta nftrace set 1 \
@@ -291,9 +292,121 @@ fn a_full_sync_deletes_the_chains_of_a_dead_trace_and_keeps_a_live_one() {
         );
         ns.nft_stdin(&["-f", "-"], &chain).unwrap();
     }
-    assert_eq!(trace_chains(&ns), ["trace-1-output", "trace-2-output"]);
+    assert_eq!(trace_chains(&ns), [dead.clone(), live.clone()]);
     run_once(&ns, false);
-    assert_eq!(trace_chains(&ns), ["trace-2-output"], "only the expired trace is deleted:\n{}", table(&ns));
+    assert_eq!(trace_chains(&ns), [live], "only the expired trace is deleted:\n{}", table(&ns));
+}
+
+/// Adds chain `name` (`header`: its type, hook, priority and policy) holding `rules` (nft
+/// syntax, one per line) to verdict's table in `ns`.
+fn plant(ns: &Netns, name: &str, header: &str, rules: &[String]) {
+    let mut text = format!("add chain inet kube-proxy {name} {{ {header} }}\n");
+    for rule in rules {
+        text.push_str(&format!("add rule inet kube-proxy {name} {rule}\n"));
+    }
+    ns.nft_stdin(&["-f", "-"], &text).unwrap();
+}
+
+/// Whether a connection from the node to the ClusterIP is answered (within 2 s).
+fn answered(ns: &Netns) -> bool {
+    let addr: SocketAddr = format!("{CLUSTER_IP}:80").parse().unwrap();
+    ns.run(|| {
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else { return false };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut out = String::new();
+        s.read_to_string(&mut out).is_ok() && ENDPOINTS.contains(&out.as_str())
+    })
+}
+
+/// A lab whose agent runs with its table monitor, the Service programmed and answering.
+fn watched(tag: &str) -> (ApiLab, AgentProcess) {
+    let lab = ApiLab::new(tag).unwrap();
+    endpoints(&lab.ns);
+    lab.server.apply(node("n1", "192.168.0.2"));
+    lab.server.apply(service("ns1", "web", CLUSTER_IP, 80));
+    lab.server.apply(slice("ns1", "web", &ENDPOINTS.map(String::from), None));
+    let launch = AgentLaunch::new(&lab.ns, env!("CARGO_BIN_EXE_verdict"), tag).unwrap();
+    let kubeconfig = launch.dir().join("kubeconfig");
+    lab.server.write_kubeconfig(&kubeconfig).unwrap();
+    let agent = launch
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--hostname-override", "n1", "--cluster-cidr", "10.0.0.0/8"])
+        .args(["--metrics-bind-address", "", "--healthz-bind-address", ""])
+        .args(["--min-sync-period", "50ms", "--cleanup-leftovers=false", "--state-dir", "", "--proxy-mode=nftables"])
+        .spawn()
+        .unwrap();
+    agent.wait("the agent to program the Service", || lab.table().contains(&format!("{CLUSTER_IP} . tcp . 80")));
+    assert!(answered(&lab.ns), "the Service answers before anything is planted");
+    (lab, agent)
+}
+
+#[test]
+fn another_programs_policy_drop_on_a_chain_of_verdicts_is_repaired() {
+    require_kernel!();
+    let (lab, agent) = watched("trpolicy");
+    lab.ns.nft_stdin(&["-f", "-"], "chain inet kube-proxy filter-output { policy drop; }\n").unwrap();
+    agent
+        .wait_until("the agent to restore policy accept", Duration::from_secs(10), || {
+            table(&lab.ns).contains("type filter hook output priority filter; policy accept;")
+        })
+        .unwrap();
+    assert!(answered(&lab.ns), "the node's connections pass again");
+    assert!(agent.log().contains("base chain filter-output has policy drop"), "{}", agent.log());
+}
+
+#[test]
+fn a_chain_only_named_as_a_trace_is_deleted_by_the_reconcile_its_appearance_starts() {
+    require_kernel!();
+    let (lab, agent) = watched("trforge");
+
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let trace_rule = |until: u64| {
+        format!(
+            "ip daddr {CLUSTER_IP} meta l4proto tcp th dport 80 ct state new meta nftrace set 1 \
+             comment \"verdict trace until unix time {until}\""
+        )
+    };
+    let filter = |hook: &str, policy: &str| format!("type filter hook {hook} priority mangle; policy {policy};");
+    // Each forgery drops the node's connections to the ClusterIP while it stands. A deadline
+    // in 300 years, in the name and the comment, with a drop rule after the trace's.
+    let far = now + 300 * 365 * 86_400;
+    let forgeries = [
+        (
+            format!("trace-1-output-until-{far}"),
+            filter("output", "accept"),
+            vec![trace_rule(far), format!("ip daddr {CLUSTER_IP} drop")],
+        ),
+        // A deadline as near as a real trace's, the trace's rule alone, and policy drop.
+        (format!("trace-2-output-until-{}", now + 600), filter("output", "drop"), vec![trace_rule(now + 600)]),
+        // A near deadline and a drop rule.
+        (
+            format!("trace-3-output-until-{}", now + 600),
+            filter("output", "accept"),
+            vec![format!("ip daddr {CLUSTER_IP} drop")],
+        ),
+    ];
+    for (name, header, rules) in &forgeries {
+        plant(&lab.ns, name, header, rules);
+        agent
+            .wait_until(&format!("the agent to delete {name}"), Duration::from_secs(10), || {
+                !trace_chains(&lab.ns).contains(name)
+            })
+            .unwrap();
+        assert!(answered(&lab.ns), "{name} is gone and the Service answers again");
+    }
+    let log = agent.log();
+    assert!(log.contains("is named as a `verdict trace`'s, but"), "the log says why:\n{log}");
+
+    // A real trace still runs to its end while the agent watches, and is left alone.
+    let (mut trace, out) =
+        start_trace(&lab.ns, &["--dst", &format!("{CLUSTER_IP}:80"), "--count", "1", "--for", "60s"]);
+    agent.wait("the agent to notice the trace chains", || agent.log().contains("a `verdict trace` added a chain"));
+    assert_eq!(trace_chains(&lab.ns).len(), 2, "the agent kept the trace chains:\n{}", table(&lab.ns));
+    assert!(answered(&lab.ns));
+    let (ok, text) = trace.finish(&out, Duration::from_secs(10));
+    assert!(ok && text.contains("1 connection(s) traced (count reached)"), "{text}");
 }
 
 #[test]
@@ -308,6 +421,8 @@ fn mistakes_are_one_line_errors() {
     let (code, err) = verdict(&["--dst", "172.30.0.10"]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--dst \"172.30.0.10\" is not IP:PORT"), "{err}");
+    let (code, err) = verdict(&["--dst", "172.30.0.10:80", "--for", "61m"]);
+    assert!(code == Some(1) && err.contains("--for 61m is longer than a trace may run (1h)"), "{err}");
     let (code, err) = verdict(&["--dst", "172.30.0.10:80", "--src", "fd00::/64"]);
     assert!(code == Some(1) && err.contains("different address families"), "{err}");
     let (code, err) = verdict(&["--dst", "172.30.0.10:80"]);

@@ -108,3 +108,51 @@ fn warm_restart_writes_nothing_and_keeps_connections() {
     assert!(ok > 10, "the prober connected only {ok} times");
     assert_eq!(failed, 0, "{failed} of {} connections to the stable Service failed across the restart", ok + failed);
 }
+
+/// The inode of `ns`'s network namespace (what the state file's name carries).
+fn netns_inode(ns: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/run/netns/{ns}")).unwrap().ino()
+}
+
+#[test]
+fn links_planted_in_the_state_dir_are_not_written_through_and_a_linked_dir_is_not_used() {
+    use std::os::unix::fs::symlink;
+    require_kernel!();
+    let lab = ApiLab::new("warmlink").unwrap();
+    load(&lab, Point { services: 10, endpoints: 2 });
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    lab.server.write_kubeconfig(&kubeconfig).unwrap();
+    let verdict = std::path::Path::new(env!("CARGO_BIN_EXE_verdict"));
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+
+    // What another user of the node could plant in a state dir it could write: links at the
+    // temporary name earlier versions wrote to first, and at the state file itself.
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let file = state.join(format!("kube-proxy-netns{}.state", netns_inode(lab.ns.name())));
+    symlink(&victim, file.with_extension("tmp")).unwrap();
+    let run = |state: &std::path::Path| {
+        let agent =
+            agent::start(&lab.ns, verdict, &kubeconfig, NODE, &["--state-dir", state.to_str().unwrap()]).unwrap();
+        agent::wait_synced(&agent, Duration::from_secs(60), |s| s.full && s.services == 10).unwrap();
+        symlink(&victim, &file).unwrap_or_default();
+        agent.terminate(Duration::from_secs(20)).unwrap();
+        agent.log()
+    };
+    let log = run(&state);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "written through a link; log:\n{log}");
+    assert!(std::fs::symlink_metadata(&file).unwrap().is_file(), "the state file replaced the link; log:\n{log}");
+    assert!(log.contains("saved the table state for the next start"), "{log}");
+
+    // A state dir that is a link (to a directory the agent could use) is not used at all.
+    std::fs::remove_file(&file).unwrap();
+    let linked = dir.path().join("linked");
+    symlink(&state, &linked).unwrap();
+    let log = run(&linked);
+    assert!(log.contains("it is a symbolic link"), "{log}");
+    assert!(std::fs::symlink_metadata(&file).unwrap().file_type().is_symlink(), "nothing saved over the link");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+}

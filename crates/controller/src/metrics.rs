@@ -79,6 +79,9 @@ pub const API_STALLS: &str = "verdict_api_stalls_total";
 pub const API_PROGRESS: &str = "verdict_api_progress_timestamp_seconds";
 /// HTTP connections closed to make room for a new one (counter; see `crate::http_serve`).
 pub const HTTP_EVICTIONS: &str = "verdict_http_connections_evicted_total";
+/// Problem Events by what became of them: `written` by this node, `already_written` (another
+/// node had written the same Event: the API server wrote nothing), `failed` (counter).
+pub const EVENTS: &str = "verdict_events_total";
 
 /// The label upstream's per-family metrics carry.
 pub const IP_FAMILY: &str = "ip_family";
@@ -188,6 +191,7 @@ pub fn describe() {
         HTTP_EVICTIONS,
         "Connections to the metrics, health and health check ports closed to make room for a new one (the least recently active of the source holding the most)"
     );
+    describe_counter!(EVENTS, "Problem Events by result: written, already_written (by another node), failed");
     describe_gauge!(FOREIGN_PROXY, "Another proxy's Service rules on this node (1 while present), by what was found");
     describe_gauge!(
         FOREIGN_DROP_CHAINS,

@@ -26,6 +26,7 @@ pub mod rule;
 pub mod ruleset;
 pub mod snapshot;
 pub mod staging;
+pub mod state_file;
 pub mod text;
 pub mod trace;
 pub mod transaction;

@@ -23,6 +23,8 @@ const SET_ANONYMOUS: u32 = 0x1;
 const SET_MAP: u32 = 0x8;
 const SET_INTERVAL: u32 = 0x4;
 const DATA_VERDICT: u32 = 0xffff_ff00;
+/// NF_ACCEPT, as a chain policy.
+const ACCEPT: u32 = kernel_consts::NF_ACCEPT as u32;
 
 /// What the kernel holds.
 #[derive(Clone, Debug)]
@@ -150,6 +152,24 @@ fn verdict(code: i32, chain: &Option<String>) -> Option<Verdict> {
     })
 }
 
+/// How a chain read from the kernel hooks in, as verdict writes base chains: `None` for a
+/// regular chain, and also for a base chain whose type verdict does not write or whose policy
+/// is not accept. verdict's base chains all accept, so a diff against such a chain deletes it
+/// and adds it again (another program's `policy drop` is repaired), and a `trace-` chain with
+/// it is not `verdict trace`'s.
+pub(crate) fn base_chain(hook: Option<&(u32, i32, String)>, policy: Option<u32>) -> Option<BaseChain> {
+    let (hook, priority, kind) = hook?;
+    if policy.is_some_and(|p| p != ACCEPT) {
+        return None;
+    }
+    let kind = match kind.as_str() {
+        "nat" => ChainKind::Nat,
+        "filter" => ChainKind::Filter,
+        _ => return None,
+    };
+    Some(BaseChain { kind, hook: Hook::from_number(*hook)?, priority: *priority })
+}
+
 pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
     let mut rs = Ruleset::new(Table { name: table.to_string(), comment: dump.comment.clone() });
     let mut foreign = Vec::new();
@@ -235,14 +255,10 @@ pub(crate) fn read_dump(table: &str, dump: TableDump) -> Observed {
     }
 
     for c in dump.chains {
-        let base = c.hook.and_then(|(hook, priority, kind)| {
-            let kind = match kind.as_str() {
-                "nat" => ChainKind::Nat,
-                "filter" => ChainKind::Filter,
-                _ => return None,
-            };
-            Some(BaseChain { kind, hook: Hook::from_number(hook)?, priority })
-        });
+        if c.hook.is_some() && c.policy.is_some_and(|p| p != ACCEPT) {
+            foreign.push(format!("base chain {} has policy drop", c.name));
+        }
+        let base = base_chain(c.hook.as_ref(), c.policy);
         rs.chains.insert(c.name.clone(), Chain { name: c.name, base, rules: Vec::new() });
     }
 

@@ -142,7 +142,8 @@ impl Chain {
     }
 }
 
-/// How a base chain is attached to the netfilter hooks (policy is always accept).
+/// How a base chain is attached to the netfilter hooks (policy accept: a chain read from the
+/// kernel with another policy is read as no base chain, see `observe::base_chain`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BaseChain {
     /// `type filter` or `type nat`.

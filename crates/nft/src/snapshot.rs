@@ -18,7 +18,8 @@
 //! Format (little endian): magic, version, netns inode, generation, boot id, structure digest,
 //! table name, a string table
 //! (comments and chain names, each stored once), then per set its name and elements, and an
-//! FNV-1a checksum of everything before it. Written to a temporary file and renamed.
+//! FNV-1a checksum of everything before it. Written to a temporary file of an unpredictable
+//! name and renamed, in a directory nobody else can write to (see [`crate::state_file`]).
 
 use crate::ruleset::{Blob, Elem, ElemData, Elements, Ruleset, Verdict};
 use std::collections::{BTreeMap, HashMap};
@@ -79,6 +80,9 @@ pub enum SnapshotError {
     /// Not a snapshot of this version, or damaged.
     #[error("{0}: {1}")]
     Corrupt(PathBuf, &'static str),
+    /// The directory could be changed by others, or is a link: not used.
+    #[error("not using {0} for the table state: {1}")]
+    UnsafeDir(PathBuf, crate::state_file::UnsafeDir),
 }
 
 /// The file a table's snapshot lives in, under `dir`.
@@ -94,24 +98,23 @@ pub fn current_netns() -> std::io::Result<u64> {
 
 /// Saves `ruleset`'s elements under `stamp` to `dir`; returns the file and its size.
 pub fn save(dir: &Path, stamp: &Stamp, ruleset: &Ruleset) -> Result<(PathBuf, usize), SnapshotError> {
+    crate::state_file::check_dir(dir).map_err(|e| SnapshotError::UnsafeDir(dir.to_path_buf(), e))?;
     let file = path(dir, &stamp.table, stamp.netns);
     let bytes = encode(stamp, ruleset);
-    let tmp = file.with_extension("tmp");
-    let io = |e| SnapshotError::Io(file.clone(), e);
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::write(&tmp, &bytes).map_err(io)?;
-    std::fs::rename(&tmp, &file).map_err(io)?;
+    crate::state_file::write_atomically(&file, &bytes).map_err(|e| SnapshotError::Io(file.clone(), e))?;
     Ok((file, bytes.len()))
 }
 
 /// Takes the snapshot of `table` in namespace `netns` out of `dir`: the file is removed, used
 /// or not (once the agent commits, it no longer describes the kernel). `Ok(None)` when there
-/// is none.
+/// is none. A link or anything but a regular file in its place is an error, not read (nor
+/// removed: the operator should see it).
 pub fn take(dir: &Path, table: &str, netns: u64) -> Result<Option<(Stamp, Snapshot)>, SnapshotError> {
+    crate::state_file::check_dir(dir).map_err(|e| SnapshotError::UnsafeDir(dir.to_path_buf(), e))?;
     let file = path(dir, table, netns);
-    let bytes = match std::fs::read(&file) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let bytes = match crate::state_file::read_regular(&file) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
         Err(e) => return Err(SnapshotError::Io(file, e)),
     };
     let _ = std::fs::remove_file(&file);

@@ -52,13 +52,16 @@ impl Staging {
 
     /// The plan that makes `current` (the table as read, `None` when absent) `desired`, at
     /// `now` (seconds since the epoch, for trace deadlines). A `verdict trace` in progress is
-    /// left alone; one that died without removing its chains (its deadline passed) is deleted
-    /// like any chain verdict did not render.
+    /// left alone; one that died without removing its chains (its deadline passed), and a
+    /// `trace-` chain that is not what `verdict trace` writes (listed in `foreign`), are
+    /// deleted like any chain verdict did not render.
     pub fn reconcile(&self, current: Option<Observed>, desired: &Ruleset, now: u64) -> Reconcile {
         let (mut live_traces, mut foreign, mut read_at) = (Vec::new(), Vec::new(), None);
         let current = current.map(|mut c| {
-            live_traces = set_aside_live(&mut c.ruleset, now);
+            let forged;
+            (live_traces, forged) = set_aside_live(&mut c.ruleset, now);
             foreign = std::mem::take(&mut c.foreign);
+            foreign.extend(forged);
             read_at = c.generation;
             c.ruleset
         });

@@ -96,3 +96,51 @@ fn the_structure_digest_follows_chains_rule_counts_and_set_names_not_elements_or
     other_set.sets.remove("empty");
     assert_ne!(structure_digest(&other_set), digest);
 }
+
+/// A private directory for the state (mode 0700, as `check_dir` wants it).
+fn state_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+#[test]
+fn links_planted_in_the_state_dir_are_not_written_or_read_through() {
+    use std::os::unix::fs::symlink;
+    let dir = state_dir();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let file = verdict_nft::snapshot::path(dir.path(), "kube-proxy", stamp().netns);
+    // The temporary name earlier versions wrote first, and the state file itself.
+    symlink(&victim, file.with_extension("tmp")).unwrap();
+    symlink(&victim, &file).unwrap();
+    verdict_nft::snapshot::save(dir.path(), &stamp(), &ruleset()).unwrap();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "written through a link");
+    let (read, _) = verdict_nft::snapshot::take(dir.path(), "kube-proxy", stamp().netns).unwrap().unwrap();
+    assert_eq!(read, stamp());
+
+    // A link at the state file is not read through (and is left for the operator to see).
+    symlink(&victim, &file).unwrap();
+    let err = verdict_nft::snapshot::take(dir.path(), "kube-proxy", stamp().netns).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+}
+
+#[test]
+fn a_state_dir_that_is_a_link_or_writable_by_others_is_refused() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let dir = state_dir();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = dir.path().join("link");
+    symlink(&real, &link).unwrap();
+    let err = verdict_nft::snapshot::save(&link, &stamp(), &ruleset()).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let err = verdict_nft::snapshot::save(&real, &stamp(), &ruleset()).unwrap_err();
+    assert!(err.to_string().contains("writable by group or others"), "{err}");
+    assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0, "nothing written");
+    let err = verdict_nft::snapshot::take(&real, "kube-proxy", stamp().netns).unwrap_err();
+    assert!(err.to_string().contains("writable by group or others"), "{err}");
+}

@@ -5,7 +5,7 @@ use super::{Cli, Command};
 use clap::{CommandFactory, Parser, error::ErrorKind};
 use std::path::{Path, PathBuf};
 
-const SUBCOMMANDS: &[&str] = &["test", "demo", "bench", "e2e", "image", "kernels"];
+const SUBCOMMANDS: &[&str] = &["test", "deny", "demo", "bench", "e2e", "image", "kernels"];
 
 fn parse(line: &[&str]) -> Result<Cli, clap::Error> {
     Cli::try_parse_from(std::iter::once("xtask").chain(line.iter().copied()))
@@ -136,10 +136,12 @@ fn shell(text: &str) -> Vec<String> {
     text.lines().flat_map(|l| after_cargo_xtask(l, &[';', ')', '"', '#', '&', '|'])).collect()
 }
 
-/// The text after each `cargo xtask` in Markdown: in code blocks up to a comment, in inline
-/// code up to its closing backtick (the span may wrap onto the next line).
+/// The text after each `cargo xtask` in Markdown: in code blocks up to a comment (a line
+/// ending in `\` goes on with the next), in inline code up to its closing backtick (the span
+/// may wrap onto the next line).
 fn markdown(text: &str) -> Vec<String> {
     let (mut found, mut in_fence, mut paragraph) = (Vec::new(), false, String::new());
+    let mut continued = String::new();
     let inline = |p: &str, found: &mut Vec<String>| {
         for span in p.split('`').skip(1).step_by(2) {
             found.extend(after_cargo_xtask(span, &[]));
@@ -150,7 +152,12 @@ fn markdown(text: &str) -> Vec<String> {
             in_fence = !in_fence;
             inline(&std::mem::take(&mut paragraph), &mut found);
         } else if in_fence {
-            found.extend(after_cargo_xtask(line.split(" #").next().unwrap(), &[]));
+            if let Some(head) = line.strip_suffix('\\') {
+                continued.push_str(head);
+                continue;
+            }
+            let whole = std::mem::take(&mut continued) + line;
+            found.extend(after_cargo_xtask(whole.split(" #").next().unwrap(), &[]));
         } else if line.trim().is_empty() {
             inline(&std::mem::take(&mut paragraph), &mut found);
         } else {

@@ -304,8 +304,8 @@ pub struct TraceArgs {
     /// Stop after this many traced connections.
     #[arg(long, value_name = "N")]
     pub count: Option<u32>,
-    /// Stop after this long (e.g. `30s`, `5m`); also how long a running agent keeps the
-    /// trace chains should this command die without removing them.
+    /// Stop after this long (e.g. `30s`, `5m`; at most `1h`); also how long a running agent
+    /// keeps the trace chains should this command die without removing them.
     #[arg(long = "for", value_name = "DURATION", default_value = "5m")]
     pub duration: String,
     /// The nftables table (family inet) verdict programs.

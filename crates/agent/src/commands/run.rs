@@ -182,7 +182,16 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
                 api.burst,
                 timeout,
             ))?;
-            rt.spawn(crate::kube::publish_events(client.clone(), node.clone(), notice_rx));
+            // Events get a client of their own, with its own request budget (as upstream's
+            // event client): a burst of them never delays a watch or a relist.
+            let events = rt.block_on(crate::kube::client(
+                kubeconfig.as_deref(),
+                master.as_deref(),
+                api.qps,
+                api.burst,
+                timeout,
+            ))?;
+            rt.spawn(crate::events::publish_events(events, node.clone(), notice_rx));
             let bounds = verdict_controller::watch::WatchBounds { list_progress: timeout };
             rt.spawn(async move { verdict_controller::watch::watch_bounded(client, &node, tx, bounds).await });
         }

@@ -24,9 +24,6 @@ use verdict_nft::trace::{Collector, Connection, describe};
 /// A packet passes every hook within microseconds: a connection without events for this
 /// long is complete.
 const QUIET: Duration = Duration::from_millis(300);
-/// Extra time on the chains' deadline, so that a running agent does not delete them before
-/// this command removes them itself.
-const GRACE: Duration = Duration::from_secs(30);
 
 /// `verdict trace`.
 pub fn run(args: &TraceArgs) -> Result<()> {
@@ -46,6 +43,10 @@ pub fn run(args: &TraceArgs) -> Result<()> {
     let duration = parse_duration(&args.duration)
         .filter(|d| !d.is_zero())
         .with_context(|| format!("--for {:?} is not a duration (e.g. 30s, 5m)", args.duration))?;
+    // A running agent keeps trace chains only for that long (see `chains::check_base`).
+    if duration > chains::MAX_DURATION {
+        bail!("--for {} is longer than a trace may run (1h)", args.duration);
+    }
     if args.count == Some(0) {
         bail!("--count 0 would trace nothing");
     }
@@ -58,7 +59,8 @@ pub fn run(args: &TraceArgs) -> Result<()> {
     let mut live = read_table(&mut nl, &args.table)?;
     // Listen before the chains exist, so that no event of the first connection is missed.
     let mut listener = TraceListener::open(Duration::from_millis(100)).context("joining the nftables trace group")?;
-    let until = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) + (duration + GRACE).as_secs();
+    let until =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) + (duration + chains::GRACE).as_secs();
     let spec = TraceSpec { dst: dst.ip(), port: dst.port(), protocol, src, until };
     let chains = chains::trace_chains(&spec, &std::process::id().to_string());
     nl.commit(&chains::install(&args.table, &chains)).context("adding the trace chains")?;

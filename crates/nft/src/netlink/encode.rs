@@ -216,6 +216,7 @@ pub(super) fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
                 let w = ChainWire {
                     name: name.clone(),
                     hook: base.map(|b| (b.hook.number(), b.priority, b.kind.name().to_string())),
+                    policy: None,
                 };
                 let h = e.hdr(NFT_MSG_NEWCHAIN, NLM_F_CREATE);
                 sys::put_chain(e.scratch, &mut e.out.body, h, &table, &w);
@@ -227,7 +228,7 @@ pub(super) fn encode(scratch: &mut Scratch, tx: &Transaction) -> EncodedBatch {
             }
             Op::DeleteChain(name) => {
                 let h = e.hdr(NFT_MSG_DELCHAIN, 0);
-                let w = ChainWire { name: name.clone(), hook: None };
+                let w = ChainWire { name: name.clone(), ..ChainWire::default() };
                 sys::put_chain(e.scratch, &mut e.out.body, h, &table, &w);
             }
             Op::AddRule { chain, rule } => {

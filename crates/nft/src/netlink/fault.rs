@@ -137,7 +137,7 @@ pub(super) fn transact(nl: &mut Netlink, batch: &[u8], fault: Fault) -> Result<R
             let mut copy = batch[..batch.len() - END_LEN].to_vec();
             let h = |msg_type, flags, k| Hdr { msg_type, flags, seq: SCRATCH_SEQ + k };
             sys::put_table(&mut nl.scratch, &mut copy, h(NFT_MSG_NEWTABLE, NLM_F_CREATE, 0), SCRATCH_TABLE, None);
-            let chain = ChainWire { name: "c".into(), hook: None };
+            let chain = ChainWire { name: "c".into(), ..ChainWire::default() };
             sys::put_chain(&mut nl.scratch, &mut copy, h(NFT_MSG_NEWCHAIN, NLM_F_CREATE, 1), SCRATCH_TABLE, &chain);
             sys::put_table(&mut nl.scratch, &mut copy, h(NFT_MSG_DELTABLE, NLM_F_NONREC, 2), SCRATCH_TABLE, None);
             copy.extend_from_slice(&batch[batch.len() - END_LEN..]);

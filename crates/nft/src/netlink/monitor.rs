@@ -8,7 +8,10 @@
 //! anybody else committed in that window.
 
 use super::NetlinkError;
-use super::sys::{self, Socket};
+use super::sys::{self, Scratch, Socket};
+use crate::kernel_expr::LowRule;
+use crate::netlink::udata::parse_comment;
+use crate::trace::chains;
 use std::os::fd::{AsFd, OwnedFd};
 use verdict_netlink::consts::*;
 use verdict_netlink::{Malformed, Message, Messages};
@@ -33,7 +36,8 @@ pub enum TableNotice {
         generation: u16,
     },
     /// Another program (`verdict trace`) added or removed chains of the table whose names carry
-    /// a trace's deadline (see [`crate::trace::chains`]), and changed nothing else.
+    /// a trace's deadline (see [`crate::trace::chains`]), each added chain and rule exactly
+    /// what `verdict trace` writes, and changed nothing else.
     Trace(Vec<TraceChange>),
     /// Another program changed the tables, chains or rules of another table (of a family
     /// Service traffic passes through): a firewall may have appeared.
@@ -58,6 +62,8 @@ pub struct TableMonitor {
     sock: Socket,
     table: String,
     buf: Vec<u8>,
+    /// For reading the chains and rules a notice adds with libnftnl.
+    scratch: Scratch,
 }
 
 /// Leaves and rejoins the monitor's group around verdict's own commits; usable from another
@@ -87,7 +93,8 @@ impl TableMonitor {
         sock.size_buffers(64 * 1024, 8 << 20).map_err(NetlinkError::Open)?;
         let gate = MonitorGate { fd: sock.duplicate().map_err(NetlinkError::Open)? };
         gate.resume()?;
-        Ok((TableMonitor { sock, table: table.to_string(), buf: vec![0; 1 << 20] }, gate))
+        let buf = vec![0; 1 << 20];
+        Ok((TableMonitor { sock, table: table.to_string(), buf, scratch: Scratch::new() }, gate))
     }
 
     /// Waits for the next notice about the table, or about other tables' chains and rules;
@@ -101,7 +108,8 @@ impl TableMonitor {
                 Err(e) => return Err(NetlinkError::Io(e)),
             };
             if let Some((what, generation)) = about_table(&self.buf[..n], &self.table) {
-                return Ok(match trace_changes(&self.buf[..n], &self.table) {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                return Ok(match trace_changes(&self.buf[..n], &self.table, &mut self.scratch, now.as_secs()) {
                     Some(changes) => TableNotice::Trace(changes),
                     None => TableNotice::Changed { what, generation },
                 });
@@ -138,8 +146,10 @@ pub fn generation_after(generation: u16, seen: u32) -> bool {
 }
 
 /// The trace chains `datagram` adds or deletes, when every message in it about `inet <table>`
-/// adds or deletes a trace chain or a rule of one (`None` otherwise: a change to reconcile).
-pub(crate) fn trace_changes(datagram: &[u8], table: &str) -> Option<Vec<TraceChange>> {
+/// adds or deletes a trace chain or a rule of one, and every chain and rule it adds is one
+/// `verdict trace` writes, with a deadline at most [`chains::MAX_AHEAD`] after `now` (`None`
+/// otherwise: a change to reconcile, and the reconcile deletes what is not genuine).
+pub(crate) fn trace_changes(datagram: &[u8], table: &str, scratch: &mut Scratch, now: u64) -> Option<Vec<TraceChange>> {
     let mut changes: Vec<TraceChange> = Vec::new();
     for m in Messages::new(datagram) {
         let m = match m {
@@ -159,12 +169,43 @@ pub(crate) fn trace_changes(datagram: &[u8], table: &str) -> Option<Vec<TraceCha
             _ => return None,
         };
         let chain = chain?;
-        let until = crate::trace::chains::deadline_in_name(chain)?;
+        let until = chains::deadline_in_name(chain)?;
+        if added && !genuine(&m, msg, scratch, now) {
+            return None;
+        }
         if !changes.iter().any(|c| c.chain == chain && c.added == added) {
             changes.push(TraceChange { chain: chain.to_string(), until, added });
         }
     }
     (!changes.is_empty()).then_some(changes)
+}
+
+/// Whether the chain or rule that `m` (of kind `msg`) adds is one `verdict trace` writes.
+fn genuine(m: &Message<'_>, msg: u16, scratch: &mut Scratch, now: u64) -> bool {
+    if !scratch.holds(m.bytes.len()) {
+        return false;
+    }
+    let checked = match msg {
+        NFT_MSG_NEWCHAIN => {
+            let Some(c) = sys::parse_chain(scratch, m.bytes) else { return false };
+            chains::check_base(&c.name, crate::observe::base_chain(c.hook.as_ref(), c.policy), now).map(|_| ())
+        }
+        NFT_MSG_NEWRULE => {
+            let Some(w) = sys::parse_rule(scratch, m.bytes) else { return false };
+            let low =
+                LowRule { exprs: w.exprs, comment: w.udata.as_deref().and_then(parse_comment), ..LowRule::default() };
+            let Ok(rule) = crate::raise::raise(&low) else { return false };
+            let near =
+                chains::deadline_in_name(&w.chain).is_some_and(|d| d > now && d - now <= chains::MAX_AHEAD.as_secs());
+            if !near {
+                return false;
+            }
+            chains::check_rule(&w.chain, &rule)
+        }
+        _ => return false,
+    };
+    // An expired chain being added is no `verdict trace` either.
+    checked.is_ok()
 }
 
 /// Whether `datagram` adds or deletes a table, chain or rule of a table other than ours, in
@@ -204,6 +245,11 @@ fn kind_name(msg: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rule::{Item, Rule, Stmt};
+    use crate::ruleset::{BaseChain, ChainKind, Hook, Verdict};
+    use crate::trace::chains::{TraceSpec, trace_chains};
+    use crate::transaction::{Op, Transaction};
+    use verdict_model::Protocol;
     use verdict_netlink::NLMSG_HDRLEN;
 
     /// The generation every test notice carries.
@@ -246,19 +292,87 @@ mod tests {
         message(msg, FAMILY_INET, &[(ATTR_TABLE, &string("kube-proxy")), (chain_attr, &string(chain))])
     }
 
+    /// When the trace chains of the tests are looked at: their deadline (2000) is 1000 s away.
+    const NOW: u64 = 1000;
+
+    fn trace_spec(until: u64) -> TraceSpec {
+        TraceSpec { dst: "172.30.0.10".parse().unwrap(), port: 80, protocol: Protocol::Tcp, src: None, until }
+    }
+
+    /// The messages of `tx` as libnftnl encodes them (the kernel's notices of the objects
+    /// added carry the same attributes).
+    fn encoded(tx: &Transaction) -> Vec<u8> {
+        super::super::encode::encode(&mut Scratch::new(), tx).body
+    }
+
+    fn changes(datagram: &[u8]) -> Option<Vec<TraceChange>> {
+        trace_changes(datagram, "kube-proxy", &mut Scratch::new(), NOW)
+    }
+
     #[test]
     fn trace_chains_alone_are_told_apart_from_changes() {
+        let genuine = trace_chains(&trace_spec(2000), "9");
+        let added = changes(&encoded(&chains::install("kube-proxy", &genuine))).expect("a trace");
+        let names: Vec<(&str, u64, bool)> = added.iter().map(|c| (c.chain.as_str(), c.until, c.added)).collect();
+        assert_eq!(names, [("trace-9-prerouting-until-2000", 2000, true), ("trace-9-output-until-2000", 2000, true)]);
         let chain = "trace-9-output-until-2000";
-        let datagram =
-            [chain_notice(3, chain), chain_notice(6, chain), notice(NFT_MSG_NEWGEN, FAMILY_INET, "x")].concat();
-        let added = TraceChange { chain: chain.into(), until: 2000, added: true };
-        assert_eq!(trace_changes(&datagram, "kube-proxy"), Some(vec![added]));
         let gone = [chain_notice(8, chain), chain_notice(5, chain)].concat();
-        assert!(!trace_changes(&gone, "kube-proxy").unwrap()[0].added);
-        let mixed = [chain_notice(3, chain), chain_notice(5, "services")].concat();
-        assert_eq!(trace_changes(&mixed, "kube-proxy"), None, "another chain changed too");
-        assert_eq!(trace_changes(&chain_notice(3, "trace-1-output"), "kube-proxy"), None, "no deadline in the name");
-        assert_eq!(trace_changes(&notice(14, FAMILY_INET, "kube-proxy"), "kube-proxy"), None, "elements");
+        assert!(!changes(&gone).unwrap()[0].added);
+        let mixed = [chain_notice(5, chain), chain_notice(5, "services")].concat();
+        assert_eq!(changes(&mixed), None, "another chain changed too");
+        assert_eq!(changes(&chain_notice(5, "trace-1-output")), None, "no deadline in the name");
+        assert_eq!(changes(&notice(14, FAMILY_INET, "kube-proxy")), None, "elements");
+    }
+
+    #[test]
+    fn a_trace_chain_that_verdict_trace_would_not_write_is_a_change_to_reconcile() {
+        let spec = trace_spec(2000);
+        let genuine = trace_chains(&spec, "9");
+        // A rule beyond the nftrace one: a drop (or a DNAT) hiding in a trace chain.
+        let mut extra = genuine.clone();
+        let mut dropping = extra[0].rules[0].clone();
+        dropping.items.push(Item::Stmt(Stmt::Verdict(Verdict::Drop)));
+        extra[0].rules.push(dropping);
+        // A deadline further than `verdict trace --for` allows.
+        let far = trace_chains(&trace_spec(NOW + chains::MAX_AHEAD.as_secs() + 1), "9");
+        // A deadline already passed.
+        let past = trace_chains(&trace_spec(NOW), "9");
+        // Another hook or priority than the name says.
+        let mut rehooked = genuine.clone();
+        rehooked[0].base = Some(BaseChain { kind: ChainKind::Nat, hook: Hook::Prerouting, priority: -100 });
+        // A comment whose deadline is not the name's.
+        let other_comment = trace_chains(&trace_spec(1500), "9")[0].rules[0].clone();
+        let mut mislabelled = genuine.clone();
+        mislabelled[0].rules[0] = other_comment;
+        for (why, chains) in
+            [("extra rule", extra), ("far", far), ("past", past), ("hook", rehooked), ("comment", mislabelled)]
+        {
+            assert_eq!(changes(&encoded(&chains::install("kube-proxy", &chains))), None, "{why}");
+        }
+        // A rule added later to a genuine chain is looked at too.
+        let later = Transaction {
+            table: "kube-proxy".into(),
+            ops: vec![Op::AddRule {
+                chain: genuine[1].name.clone(),
+                rule: Rule { items: vec![Item::Stmt(Stmt::Verdict(Verdict::Drop))], comment: None },
+            }],
+        };
+        assert_eq!(changes(&encoded(&later)), None, "a drop rule added to a trace chain");
+        // The genuine chain's header with policy drop: every packet on the hook dropped.
+        let mut scratch = Scratch::new();
+        let mut datagram = Vec::new();
+        let h = sys::Hdr { msg_type: NFT_MSG_NEWCHAIN, flags: 0, seq: 1 };
+        let w = sys::ChainWire {
+            name: genuine[0].name.clone(),
+            hook: Some((Hook::Prerouting.number(), chains::PRIORITY, "filter".into())),
+            policy: Some(0),
+        };
+        sys::put_chain(&mut scratch, &mut datagram, h, "kube-proxy", &w);
+        assert_eq!(changes(&datagram), None, "policy drop");
+        // The same header with policy accept is the genuine one.
+        let mut datagram = Vec::new();
+        sys::put_chain(&mut scratch, &mut datagram, h, "kube-proxy", &sys::ChainWire { policy: Some(1), ..w });
+        assert!(changes(&datagram).is_some(), "policy accept");
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub(crate) fn put_chain(s: &mut Scratch, out: &mut Vec<u8>, h: Hdr, table: &str,
             sys::nftnl_chain_set_u32(chain.as_ptr(), sys::NFTNL_CHAIN_HOOKNUM as u16, *hook);
             sys::nftnl_chain_set_s32(chain.as_ptr(), sys::NFTNL_CHAIN_PRIO as u16, *prio);
             sys::nftnl_chain_set_str(chain.as_ptr(), sys::NFTNL_CHAIN_TYPE as u16, ckind.as_ptr());
-            sys::nftnl_chain_set_u32(chain.as_ptr(), sys::NFTNL_CHAIN_POLICY as u16, 1);
+            sys::nftnl_chain_set_u32(chain.as_ptr(), sys::NFTNL_CHAIN_POLICY as u16, c.policy.unwrap_or(1));
         }
     }
     s.build(out, h, |nlh| {

@@ -41,6 +41,8 @@ pub(crate) struct ChainWire {
     pub name: String,
     /// (hook number, priority, chain type) for base chains.
     pub hook: Option<(u32, i32, String)>,
+    /// A base chain's policy (NF_ACCEPT, NF_DROP); written as NF_ACCEPT when `None`.
+    pub policy: Option<u32>,
 }
 
 /// A set as it travels on the wire.
@@ -164,6 +166,11 @@ impl Scratch {
         // SAFETY: the Vec<u64> owns `len` initialised bytes (checked above); u8 has no alignment
         // requirement.
         unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), len) }
+    }
+
+    /// Whether a message of `len` bytes fits (a larger one would panic [`Scratch::load`]).
+    pub(crate) fn holds(&self, len: usize) -> bool {
+        len <= self.0.len() * 8
     }
 
     pub(super) fn load(&mut self, msg: &[u8]) -> *const libc::nlmsghdr {

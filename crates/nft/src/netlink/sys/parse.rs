@@ -69,7 +69,9 @@ pub(crate) fn parse_chain(s: &mut Scratch, msg: &[u8]) -> Option<ChainWire> {
         } else {
             None
         };
-        Some(ChainWire { name, hook })
+        let policy = sys::nftnl_chain_is_set(p, sys::NFTNL_CHAIN_POLICY as u16)
+            .then(|| sys::nftnl_chain_get_u32(p, sys::NFTNL_CHAIN_POLICY as u16));
+        Some(ChainWire { name, hook, policy })
     }
 }
 
