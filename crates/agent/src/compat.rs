@@ -112,7 +112,11 @@ pub const FLAGS: &[Entry] = &[
         "checked; verdict's requests are a few long watches, lists at start and on 410, and Events",
     ),
     ("--kube-api-content-type", NoEffect, "verdict's client speaks JSON"),
-    ("--kube-api-qps", Honoured, "client-go's token bucket: requests per second after the burst"),
+    (
+        "--kube-api-qps",
+        Honoured,
+        "client-go's token bucket: requests per second after the burst (Events have a client and a bucket of their own, as upstream's)",
+    ),
     (
         "--kubeconfig",
         Honoured,
