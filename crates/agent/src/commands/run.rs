@@ -25,12 +25,13 @@ const MANIFEST_POLL: Duration = Duration::from_millis(500);
 
 fn install_metrics() -> Result<PrometheusHandle> {
     let mut builder = PrometheusBuilder::new();
-    for (name, buckets) in m::histogram_buckets() {
+    for (name, buckets) in m::histogram_buckets().into_iter().chain(crate::rest_metrics::histogram_buckets()) {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &buckets)?;
     }
     let handle = builder.install_recorder().context("installing the metrics recorder")?;
     m::describe();
     crate::memory::describe();
+    crate::rest_metrics::describe();
     Ok(handle)
 }
 
