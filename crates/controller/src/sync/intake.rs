@@ -222,7 +222,7 @@ impl<K: Kernel> SyncLoop<K> {
                 self.pending.slice(namespace, name);
             }
             Kind::Node => {
-                self.health.set_node_eligible(true);
+                self.health.node_deleted();
                 self.cache.set_node(None);
             }
             Kind::ServiceCidr => self.cache.remove_service_cidr(name),
