@@ -9,6 +9,17 @@ use std::process::Command;
 pub const PACKAGES: &[&str] =
     &["pkg-config", "libnftnl-dev", "libmnl-dev", "nftables", "iproute2", "conntrack", "iptables", "ipset"];
 
+/// For the monitoring test (crates/agent/tests/monitoring.rs): a real Prometheus and promtool.
+/// Optional: where it cannot be installed, that test says it is SKIPPED and the rest runs.
+pub const MONITORING: &[&str] = &["prometheus"];
+
+/// Installs [`MONITORING`] if it can; says loudly when it cannot.
+pub fn ensure_monitoring() {
+    if let Err(e) = ensure_packages(MONITORING) {
+        eprintln!("xtask: could not install {}: the monitoring test will be SKIPPED: {e:#}", MONITORING.join(" "));
+    }
+}
+
 /// Whether we run as root.
 pub fn is_root() -> bool {
     Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)

@@ -58,6 +58,7 @@ fn real_main(cli: Cli) -> Result<()> {
 /// `cargo xtask test`.
 fn test(extra: &[String]) -> Result<()> {
     deps::ensure()?;
+    deps::ensure_monitoring();
     run::cargo(&["fmt", "--all", "--", "--check"])?;
     run::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     deny::deny()?;

@@ -3,7 +3,11 @@
 //! a token, refilled at `qps` per second. verdict's steady traffic is a few long-lived watches
 //! (one request each) and Events, so the limit matters where client-go's does: relists after a
 //! 410 Gone, and bursts of Events.
+//!
+//! Each request's wait (zero within the burst) is client-go's
+//! `rest_client_rate_limiter_duration_seconds{verb,host}` (see [`crate::rest_metrics`]).
 
+use crate::rest_metrics::{ApiHost, RATE_LIMITER};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -63,9 +67,9 @@ pub struct RateLimited<S> {
     limit: RateLimitLayer,
 }
 
-impl<S, R> tower::Service<R> for RateLimited<S>
+impl<S, B> tower::Service<hyper::Request<B>> for RateLimited<S>
 where
-    S: tower::Service<R>,
+    S: tower::Service<hyper::Request<B>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -76,8 +80,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: R) -> Self::Future {
+    fn call(&mut self, request: hyper::Request<B>) -> Self::Future {
         let wait = self.limit.wait();
+        let host = request.extensions().get::<ApiHost>().map_or(String::new(), |h| h.0.to_string());
+        metrics::histogram!(RATE_LIMITER, "verb" => request.method().as_str().to_string(), "host" => host)
+            .record(wait.as_secs_f64());
         let response = self.inner.call(request);
         Box::pin(async move {
             if !wait.is_zero() {
@@ -110,14 +117,14 @@ mod tests {
     /// Answers with the time the request was answered.
     struct Clock;
 
-    impl tower::Service<()> for Clock {
+    impl tower::Service<hyper::Request<()>> for Clock {
         type Response = Instant;
         type Error = ();
         type Future = Pin<Box<dyn Future<Output = Result<Instant, ()>> + Send>>;
         fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
             Poll::Ready(Ok(()))
         }
-        fn call(&mut self, _: ()) -> Self::Future {
+        fn call(&mut self, _: hyper::Request<()>) -> Self::Future {
             Box::pin(async { Ok(Instant::now()) })
         }
     }
@@ -129,7 +136,7 @@ mod tests {
         let start = Instant::now();
         let mut done = Vec::new();
         for _ in 0..4 {
-            done.push(svc.call(()).await.unwrap() - start);
+            done.push(svc.call(hyper::Request::new(())).await.unwrap() - start);
         }
         assert!(done[1] < Duration::from_millis(20), "the burst goes at once: {done:?}");
         assert!(done[2] >= Duration::from_millis(50) && done[3] >= Duration::from_millis(100), "{done:?}");

@@ -1,5 +1,6 @@
-//! The two HTTP endpoints kube-proxy has: metrics (`/metrics`, `/proxyMode`, `/healthz`) on
-//! 127.0.0.1:10249 and health (`/healthz`, `/livez`) on 0.0.0.0:10256.
+//! The two HTTP endpoints kube-proxy has: metrics (`/metrics`, `/proxyMode`, `/configz`,
+//! `/metrics/slis`, and component-base's `/healthz`) on 127.0.0.1:10249 and health
+//! (`/healthz`, `/livez`: the proxy's health as JSON) on 0.0.0.0:10256.
 
 use crate::counters::CounterReader;
 use bytes::Bytes;
@@ -9,6 +10,7 @@ use hyper::{Request, Response, StatusCode, body::Incoming};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::TcpListener;
 use verdict_controller::health::{HealthReport, ProxyHealth};
 use verdict_controller::http_serve::{self, Connections, Handler, Limits};
@@ -22,23 +24,58 @@ fn health(report: HealthReport, counter: &'static str) -> RouteResponse {
     (report.code, "application/json", report.body)
 }
 
-/// Routes of the metrics address.
+/// component-base's health checks of the metrics address (`/healthz`: its one check, `ping`,
+/// always passes) and their SLI metrics (`/metrics/slis`).
+#[derive(Debug, Default)]
+pub struct Slis {
+    pings: AtomicU64,
+}
+
+impl Slis {
+    /// component-base's `/healthz` answer, observed.
+    fn healthz(&self) -> RouteResponse {
+        self.pings.fetch_add(1, Ordering::Relaxed);
+        (200, "text/plain; charset=utf-8", "ok".into())
+    }
+
+    /// component-base's `/metrics/slis`: the last result of each check (1: passed) and the
+    /// results counted.
+    pub fn render(&self) -> String {
+        format!(
+            "# HELP kubernetes_healthcheck [STABLE] This metric records the result of a single healthcheck.\n\
+             # TYPE kubernetes_healthcheck gauge\n\
+             kubernetes_healthcheck{{name=\"ping\",type=\"healthz\"}} 1\n\
+             # HELP kubernetes_healthchecks_total [STABLE] This metric records the results of all healthcheck.\n\
+             # TYPE kubernetes_healthchecks_total counter\n\
+             kubernetes_healthchecks_total{{name=\"ping\",status=\"error\",type=\"healthz\"}} 0\n\
+             kubernetes_healthchecks_total{{name=\"ping\",status=\"success\",type=\"healthz\"}} {}\n",
+            self.pings.load(Ordering::Relaxed)
+        )
+    }
+}
+
+/// Routes of the metrics address; `configz` is the configuration in effect as JSON.
 pub fn metrics_routes(
     prom: PrometheusHandle,
-    health_state: Arc<ProxyHealth>,
     counters: Option<CounterReader>,
+    configz: String,
 ) -> impl Fn(&str) -> RouteResponse + Send + Sync + 'static {
+    let slis = Slis::default();
     move |path| match path {
         "/metrics" => {
             let mut text = prom.render();
             crate::process_metrics::render_into(&mut text);
+            crate::process_metrics::conntrack_into(&mut text);
             if let Some(c) = &counters {
                 c.render_into(&mut text);
             }
             (200, "text/plain; version=0.0.4", text)
         }
         "/proxyMode" => (200, "text/plain; charset=utf-8", "nftables".into()),
-        "/healthz" => health(health_state.healthz(), m::HEALTHZ_TOTAL),
+        // kube-proxy's metrics address serves component-base's healthz, not the proxy's.
+        "/healthz" | "/healthz/ping" => slis.healthz(),
+        "/metrics/slis" => (200, "text/plain; version=0.0.4", slis.render()),
+        "/configz" => (200, "application/json", configz.clone()),
         _ => (404, "text/plain; charset=utf-8", "404 page not found\n".into()),
     }
 }
@@ -73,4 +110,26 @@ pub async fn serve(
     });
     tokio::spawn(http_serve::serve(listener, Limits::default(), connections, handler));
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn component_bases_healthz_and_its_slis() {
+        let slis = Slis::default();
+        assert!(
+            slis.render()
+                .contains("kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"healthz\"} 0\n")
+        );
+        assert_eq!(slis.healthz(), (200, "text/plain; charset=utf-8", "ok".to_string()));
+        slis.healthz();
+        let text = slis.render();
+        assert!(
+            text.contains("kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"healthz\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("kubernetes_healthcheck{name=\"ping\",type=\"healthz\"} 1\n"), "{text}");
+    }
 }

@@ -45,10 +45,12 @@ pub async fn client(
     if let Some(m) = master {
         config.cluster_url = m.parse().with_context(|| format!("--master {m:?}"))?;
     }
+    let metered = crate::rest_metrics::RestMetricsLayer::new(&config.cluster_url);
     let builder = kube::client::ClientBuilder::try_from(config).context("creating the Kubernetes client")?;
     // The bounds inside the rate limit: a request's time counts from when it is sent.
     Ok(builder
         .with_layer(&crate::api_bounds::BoundsLayer::new(timeout))
         .with_layer(&crate::api_rate::RateLimitLayer::new(qps, burst))
+        .with_layer(&metered)
         .build())
 }

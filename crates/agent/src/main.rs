@@ -23,6 +23,7 @@ mod open_files;
 mod platform;
 mod privileges;
 mod process_metrics;
+mod rest_metrics;
 mod source;
 
 use clap::Parser;

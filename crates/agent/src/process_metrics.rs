@@ -78,6 +78,21 @@ pub fn render_into(out: &mut String) {
     }
 }
 
+/// The node's conntrack table, read at each scrape (as the node exporter's
+/// `node_nf_conntrack_entries` and `_limit`, for nodes without it): entries of the agent's
+/// network namespace (the node's) and the table's limit. Left out where conntrack is not
+/// loaded.
+pub fn conntrack_into(out: &mut String) {
+    let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|t| t.trim().parse::<f64>().ok());
+    let (Some(count), Some(max)) =
+        (read("/proc/sys/net/netfilter/nf_conntrack_count"), read("/proc/sys/net/netfilter/nf_conntrack_max"))
+    else {
+        return;
+    };
+    family(out, "verdict_conntrack_entries", "gauge", "Connections in the node's conntrack table.", count);
+    family(out, "verdict_conntrack_entries_limit", "gauge", "The conntrack table's limit (nf_conntrack_max).", max);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,13 @@
 //! The proxy is unhealthy when a change was queued and has not been programmed within the
 //! health timeout (2 x sync period). `/healthz` also reports the node ineligible (503) while
 //! the Node is being deleted or carries the cluster autoscaler's `ToBeDeletedByClusterAutoscaler`
-//! taint; `/livez` ignores the node.
+//! taint; `/livez` ignores the node. As upstream's, a healthy answer's `lastUpdated` is the
+//! current time (kube-proxy once synced on a timer, and clients read a recent `lastUpdated` as
+//! healthy); an unhealthy one's is the last time everything queued was programmed.
+//!
+//! A deleted Node is remembered ([`ProxyHealth::node_deleted`]): the agent exits on it, as
+//! kube-proxy 1.36's node manager does (and 1.34's health server reported the node ineligible
+//! until then).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -17,6 +23,7 @@ struct State {
     /// When the oldest change that is not programmed yet was queued.
     queued_at: Option<Instant>,
     node_eligible: bool,
+    node_deleted: bool,
     families: Vec<String>,
 }
 
@@ -51,6 +58,7 @@ impl ProxyHealth {
                 last_updated: SystemTime::now(),
                 queued_at: None,
                 node_eligible: true,
+                node_deleted: false,
                 families: Vec::new(),
             }),
         }
@@ -80,6 +88,19 @@ impl ProxyHealth {
         self.lock().node_eligible = eligible;
     }
 
+    /// The Node was deleted: it is not eligible, and the agent stops (see
+    /// [`ProxyHealth::is_node_deleted`]).
+    pub fn node_deleted(&self) {
+        let mut s = self.lock();
+        s.node_eligible = false;
+        s.node_deleted = true;
+    }
+
+    /// Whether the Node was deleted.
+    pub fn is_node_deleted(&self) -> bool {
+        self.lock().node_deleted
+    }
+
     /// The families reported per family in the body.
     pub fn set_families(&self, families: Vec<String>) {
         self.lock().families = families;
@@ -94,7 +115,8 @@ impl ProxyHealth {
         let s = self.lock();
         let healthy = s.queued_at.is_none_or(|q| q.elapsed() <= self.timeout);
         let ok = healthy && (!with_node || s.node_eligible);
-        let last = rfc3339(s.last_updated);
+        let now = SystemTime::now();
+        let last = rfc3339(if ok { now } else { s.last_updated });
         let status: Vec<String> = s
             .families
             .iter()
@@ -103,7 +125,7 @@ impl ProxyHealth {
         let node = if with_node { format!(",\"nodeEligible\":{}", s.node_eligible) } else { String::new() };
         let body = format!(
             "{{\"lastUpdated\":\"{last}\",\"currentTime\":\"{}\"{node},\"healthy\":{healthy},\"status\":{{{}}}}}",
-            rfc3339(SystemTime::now()),
+            rfc3339(now),
             status.join(",")
         );
         HealthReport { code: if ok { 200 } else { 503 }, body }
@@ -137,6 +159,34 @@ mod tests {
         h.updated();
         assert_eq!(h.healthz().code, 200);
         assert!(h.healthz().body.contains("\"status\":{\"IPv4\":{\"lastUpdated\""), "{}", h.healthz().body);
+    }
+
+    fn field<'a>(body: &'a str, name: &str) -> &'a str {
+        let start = body.find(&format!("\"{name}\":\"")).unwrap_or_else(|| panic!("{name} in {body}")) + name.len() + 4;
+        &body[start..start + body[start..].find('"').unwrap()]
+    }
+
+    #[test]
+    fn last_updated_is_the_current_time_when_healthy_and_the_last_sync_when_not() {
+        let h = ProxyHealth::new(Duration::from_millis(30));
+        h.updated();
+        std::thread::sleep(Duration::from_millis(1100));
+        let body = h.healthz().body;
+        assert_eq!(field(&body, "lastUpdated"), field(&body, "currentTime"), "{body}");
+        h.queued();
+        std::thread::sleep(Duration::from_millis(50));
+        let body = h.healthz().body;
+        assert_ne!(field(&body, "lastUpdated"), field(&body, "currentTime"), "{body}");
+    }
+
+    #[test]
+    fn a_deleted_node_is_ineligible_and_remembered() {
+        let h = ProxyHealth::new(Duration::from_secs(60));
+        assert!(!h.is_node_deleted());
+        h.node_deleted();
+        assert!(h.is_node_deleted());
+        assert_eq!(h.healthz().code, 503);
+        assert_eq!(h.livez().code, 200);
     }
 
     #[test]

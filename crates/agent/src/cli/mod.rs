@@ -186,7 +186,9 @@ pub struct RunArgs {
     /// Minimum time between syncs (default 1s), e.g. `500ms`, `1s`, `1m`.
     #[arg(long, value_name = "DURATION")]
     pub min_sync_period: Option<String>,
-    /// Retry bound after a failure; unhealthy after twice this without programming (default 30s).
+    /// kube-proxy's sync period: the table is synced at least this often (a sync with nothing
+    /// to do writes nothing), failures are retried within it, and the agent is unhealthy after
+    /// twice this without programming (default 30s).
     #[arg(long, value_name = "DURATION")]
     pub sync_period: Option<String>,
     /// Where the table's state is saved on SIGTERM, so that the next start adopts the table

@@ -25,12 +25,13 @@ const MANIFEST_POLL: Duration = Duration::from_millis(500);
 
 fn install_metrics() -> Result<PrometheusHandle> {
     let mut builder = PrometheusBuilder::new();
-    for (name, buckets) in m::histogram_buckets() {
+    for (name, buckets) in m::histogram_buckets().into_iter().chain(crate::rest_metrics::histogram_buckets()) {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.into()), &buckets)?;
     }
     let handle = builder.install_recorder().context("installing the metrics recorder")?;
     m::describe();
     crate::memory::describe();
+    crate::rest_metrics::describe();
     Ok(handle)
 }
 
@@ -43,6 +44,9 @@ enum Stop {
     ConfigChanged,
     /// The sync loop returned (`--once`, or a fatal error).
     SyncLoopEnded,
+    /// The Node object was deleted: as kube-proxy 1.36's node manager, the agent exits (and its
+    /// DaemonSet's next pod waits for the Node); rules stay in place.
+    NodeDeleted,
 }
 
 /// Runs the agent until SIGTERM/SIGINT (rules stay in place) or, with `--once`, one sync.
@@ -128,7 +132,7 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
     let mut sync_loop =
         SyncLoop::new(cache, nl, sync_cfg, health.clone()).with_notices(move |n: ProblemNotice| notice_tx.send(n));
     if !cfg.once {
-        let service_health = ServiceHealthServer::new(rt.handle().clone(), health)
+        let service_health = ServiceHealthServer::new(rt.handle().clone(), health.clone())
             .with_connections(connections)
             .with_notices(&cfg.rules.node_name, move |n| health_notice_tx.send(n));
         sync_loop = sync_loop
@@ -198,6 +202,8 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
     }
 
     let config_file = cfg.config_file.clone().map(super::setup::ConfigFileWatch::new);
+    // A directory of manifests has no Node life cycle to follow.
+    let node_watched = matches!(cfg.source, Source::ApiServer { .. }).then_some(health.clone());
     let outcome = rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         loop {
@@ -211,6 +217,9 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
                     if config_file.as_ref().is_some_and(|w| w.changed()) {
                         return Ok(Stop::ConfigChanged);
                     }
+                    if node_watched.as_ref().is_some_and(|h| h.is_node_deleted()) {
+                        return Ok(Stop::NodeDeleted);
+                    }
                 }
             }
         }
@@ -219,6 +228,10 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
         match outcome {
             Stop::ConfigChanged => tracing::warn!(
                 "the --config file changed: exiting so that the agent restarts with it (as kube-proxy does); rules stay in place"
+            ),
+            Stop::NodeDeleted => tracing::warn!(
+                "the Node {} was deleted: exiting, as kube-proxy does; rules stay in place",
+                cfg.rules.node_name
             ),
             _ => tracing::info!("signalled: exiting, rules stay in place"),
         }
@@ -231,6 +244,7 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
         }
         return match outcome {
             Stop::ConfigChanged => Err(anyhow!("the configuration file was updated")),
+            Stop::NodeDeleted => Err(anyhow!("the Node {} was deleted", cfg.rules.node_name)),
             _ => Ok(()),
         };
     }
@@ -257,8 +271,8 @@ async fn serve_endpoints(
             ),
             false => None,
         };
-        let routes = http::metrics_routes(prom, health.clone(), counters);
-        let what = "metrics: /metrics /proxyMode";
+        let routes = http::metrics_routes(prom, counters, cfg.configz.clone());
+        let what = "metrics: /metrics /proxyMode /configz /metrics/slis /healthz";
         serve_or_retry(addr, connections.clone(), routes, what, cfg.settings.bind_address_hard_fail).await?;
     }
     if let Some(addr) = cfg.healthz_addr {

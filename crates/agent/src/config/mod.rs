@@ -308,6 +308,8 @@ pub struct RunConfig {
     pub api_timeout: Duration,
     /// The `--config` file, watched: a change makes the agent exit, as kube-proxy does.
     pub config_file: Option<PathBuf>,
+    /// The configuration in effect, as `/configz` serves it.
+    pub configz: String,
 }
 
 /// Reads a kubeconfig now, so that a broken file is one line and exit 64 before anything is
@@ -436,6 +438,7 @@ impl RunConfig {
             service_counters_period,
             api_timeout,
             config_file: args.rules.config.clone(),
+            configz: write::configz(&effective.config),
         };
         effective.warnings.extend(source_warnings);
         Ok((config, effective))

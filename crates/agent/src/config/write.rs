@@ -164,6 +164,16 @@ pub fn render(config: &KubeProxyConfiguration) -> Result<String, serde_yaml::Err
     serde_yaml::to_string(&shape(&zero, value.as_mapping(), ""))
 }
 
+/// `/configz`: the configuration in effect as upstream's configz serves it, JSON under the
+/// group's name (`{"kubeproxy.config.k8s.io": {...}}`), in the shape [`render`] writes.
+pub fn configz(config: &KubeProxyConfiguration) -> String {
+    let value = render(config).and_then(|text| serde_yaml::from_str::<serde_json::Value>(&text));
+    match value {
+        Ok(v) => serde_json::json!({ "kubeproxy.config.k8s.io": v }).to_string(),
+        Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
+    }
+}
+
 /// Writes the configuration as YAML.
 pub fn write(config: &KubeProxyConfiguration, path: &Path) -> std::io::Result<()> {
     let text = render(config).map_err(std::io::Error::other)?;
@@ -206,6 +216,18 @@ mod tests {
         let (_, v) = written("mode: nftables\ndetectLocalMode: NodeCIDR\nnodePortAddresses: [10.0.0.0/8]\n");
         assert_eq!(v["nodePortAddresses"], serde_yaml::from_str::<Value>("[10.0.0.0/8]").unwrap());
         assert_eq!(v["detectLocalMode"], Value::from("NodeCIDR"));
+    }
+
+    #[test]
+    fn configz_is_the_completed_configuration_as_json_under_the_group() {
+        let mut c = KubeProxyConfiguration { mode: Some("nftables".into()), ..Default::default() };
+        c.cluster_cidr = Some("10.0.0.0/8".into());
+        let json: serde_json::Value = serde_json::from_str(&configz(&c)).unwrap();
+        let inner = &json["kubeproxy.config.k8s.io"];
+        assert_eq!(inner["kind"], "KubeProxyConfiguration");
+        assert_eq!(inner["mode"], "nftables");
+        assert_eq!(inner["clusterCIDR"], "10.0.0.0/8");
+        assert_eq!(inner["nodePortAddresses"][0], "primary", "completed as upstream completes it: {json}");
     }
 
     #[test]

@@ -68,7 +68,8 @@ impl<K: Kernel> SyncLoop<K> {
         let traces = self.trace_deadline().map(|until| {
             Instant::now() + Duration::from_secs(until.saturating_sub(unix_now())) + Duration::from_millis(100)
         });
-        let wanted = [wanted, stale, traces, self.fast_path.due_at].into_iter().flatten().min();
+        let resync = self.resync_at();
+        let wanted = [wanted, stale, traces, self.fast_path.due_at, resync].into_iter().flatten().min();
         Some(wanted.map_or(periodic, |w| w.min(periodic)))
     }
 
@@ -83,9 +84,18 @@ impl<K: Kernel> SyncLoop<K> {
             self.needs_full = true;
             self.verify_kernel = true;
         }
-        (self.has_work() || self.stale_chains.due_at().is_some_and(|at| now >= at))
+        (self.has_work()
+            || self.stale_chains.due_at().is_some_and(|at| now >= at)
+            || self.resync_at().is_some_and(|at| now >= at))
             && self.last_sync_end.is_none_or(|t| now >= t + self.cfg.min_sync_period)
             && self.retry_at.is_none_or(|r| now >= r)
+    }
+
+    /// When the periodic sync is due: `sync_period` after the last sync ended, as kube-proxy's
+    /// `syncPeriod`. With nothing changed it renders nothing and commits nothing; it refreshes
+    /// the sync metrics (a quiet node's rate and last-sync timestamp stay alive, as upstream's).
+    pub(super) fn resync_at(&self) -> Option<Instant> {
+        self.last_sync_end.map(|t| t + self.cfg.sync_period)
     }
 
     pub(super) fn queued(&mut self) {
@@ -212,7 +222,7 @@ impl<K: Kernel> SyncLoop<K> {
                 self.pending.slice(namespace, name);
             }
             Kind::Node => {
-                self.health.set_node_eligible(true);
+                self.health.node_deleted();
                 self.cache.set_node(None);
             }
             Kind::ServiceCidr => self.cache.remove_service_cidr(name),

@@ -6,7 +6,10 @@
 //! everything and reconciles against a netlink dump of the kernel's table, which is what
 //! happens at start (adopting the table a previous run left, so a restart writes only the
 //! difference), after any failed transaction (retried with backoff up to `sync_period`), when
-//! the node's facts change, and every `full_sync_period`.
+//! the node's facts change, and every `full_sync_period`. As kube-proxy, the loop also syncs
+//! `sync_period` after the last sync ended even when nothing changed: a partial sync with
+//! nothing to render, which commits nothing (an empty transaction is never sent) but counts in
+//! the sync metrics.
 //!
 //! On kernels before 6.4, and on any kernel once it refuses a chain deletion as busy, chains
 //! that go out of use are flushed and deleted a second later in a transaction of their own (see
@@ -378,13 +381,16 @@ impl<K: Kernel> SyncLoop<K> {
                 return Ok(());
             }
             if self.due(Instant::now()) {
+                let resync = !self.has_work();
                 let report = self.sync();
                 let failed = self.last_failure.take();
                 if report.full && failed.is_none() && self.cfg.fast_path {
                     // The flowtable may be new: it is created bare.
                     self.fast_path.due_at = Some(Instant::now());
                 }
-                if let Some(tx) = &self.reports {
+                // A periodic sync that found nothing to do is no news for the reports.
+                let quiet = resync && report.objects == 0 && report.error.is_none();
+                if let Some(tx) = self.reports.as_ref().filter(|_| !quiet) {
                     let _ = tx.send(report);
                 }
                 if self.cfg.once {

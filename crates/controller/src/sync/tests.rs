@@ -307,3 +307,45 @@ fn holds_with_fast_path(kernel: &MemoryKernel, services: &[Service], slices: &[E
     let opts = RenderOptions { fast_path: true, ..RenderOptions::default() };
     kernel.table(TABLE).is_some_and(|t| t.equivalent(&render(&synth::model(services, slices).model, &opts)))
 }
+
+/// Counts the syncs that succeeded.
+struct CountSyncs(Arc<std::sync::atomic::AtomicUsize>);
+
+impl AfterSync for CountSyncs {
+    fn after_sync(&mut self, _: &verdict_model::ProxyModel, _: bool, _: &[verdict_model::PortChange]) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_quiet_table_is_synced_every_sync_period_and_nothing_is_written() {
+    let kernel = MemoryKernel::new();
+    let (services, mut slices) = synth::cluster(30, 2, 1000);
+    let (tx, rx) = queue();
+    let (rtx, reports) = channel();
+    let synced = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let health = Arc::new(ProxyHealth::new(Duration::from_secs(60)));
+    let cfg = SyncConfig { sync_period: Duration::from_millis(150), ..quick() };
+    let sync_loop = SyncLoop::new(ModelCache::new(synth::config(), "bench"), kernel.clone(), cfg, health)
+        .with_reports(rtx)
+        .with_after_sync(CountSyncs(synced.clone()));
+    let thread = std::thread::spawn(move || sync_loop.run(rx));
+    let r = Running { tx, reports, thread: Some(thread) };
+    r.list(&services, &slices);
+    assert!(r.next().full);
+    let commits = kernel.commits();
+    let count = || synced.load(std::sync::atomic::Ordering::SeqCst);
+    let after_first = count();
+    // About five periods with nothing changed: a sync each, none of them a commit or a report.
+    assert!(r.none_within(Duration::from_millis(800)), "a periodic sync with nothing to do is not reported");
+    assert!(count() >= after_first + 3, "{} syncs in 800 ms at a 150 ms sync period", count() - after_first);
+    assert_eq!(kernel.commits(), commits, "a periodic sync wrote to the kernel");
+    assert!(holds(&kernel, &services, &slices));
+    // A change still syncs as soon as it may.
+    slices[3] = synth::slice(3, 2, 1000, 3);
+    r.send(Event::Apply(Object::EndpointSlice(slices[3].clone())));
+    let change = r.next();
+    assert!(!change.full && change.rendered_ports == 1 && change.objects > 0, "{change:?}");
+    assert!(holds(&kernel, &services, &slices));
+    r.stop();
+}
