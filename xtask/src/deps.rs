@@ -13,9 +13,20 @@ pub const PACKAGES: &[&str] =
 /// Optional: where it cannot be installed, that test says it is SKIPPED and the rest runs.
 pub const MONITORING: &[&str] = &["prometheus"];
 
-/// Installs [`MONITORING`] if it can; says loudly when it cannot.
+/// Installs [`MONITORING`] if it can; says loudly when it cannot. Debian's package would
+/// start a Prometheus service on the host's port 9090: a policy-rc.d that refuses service
+/// starts is in place during the install (unless the machine has one of its own).
 pub fn ensure_monitoring() {
-    if let Err(e) = ensure_packages(MONITORING) {
+    const POLICY: &str = "/usr/sbin/policy-rc.d";
+    let ours = is_root()
+        && !std::path::Path::new(POLICY).exists()
+        && std::fs::write(POLICY, "#!/bin/sh\n# xtask: no service starts while packages install\nexit 101\n").is_ok()
+        && Command::new("chmod").args(["755", POLICY]).status().is_ok_and(|s| s.success());
+    let installed = ensure_packages(MONITORING);
+    if ours {
+        let _ = std::fs::remove_file(POLICY);
+    }
+    if let Err(e) = installed {
         eprintln!("xtask: could not install {}: the monitoring test will be SKIPPED: {e:#}", MONITORING.join(" "));
     }
 }
