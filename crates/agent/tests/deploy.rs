@@ -238,3 +238,55 @@ fn the_rollback_hands_each_node_back_only_once_kube_proxy_serves() {
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// The PodMonitor selects the pods of both DaemonSets verdict ships and scrapes a port their
+/// agent container names; the dashboard ConfigMap holds the dashboard JSON as Grafana's sidecar
+/// looks for it. (The rules themselves are checked by promtool in tests/monitoring.rs.)
+#[test]
+fn the_monitoring_objects_scrape_the_agents_verdict_ships() {
+    let text = kustomize(&deploy().join("monitoring"));
+    let docs: Vec<Value> =
+        serde_yaml::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let of_kind = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).collect::<Vec<_>>();
+    let [monitor] = of_kind("PodMonitor")[..] else { panic!("one PodMonitor: {text}") };
+    assert_eq!(of_kind("PrometheusRule").len(), 1, "{text}");
+    let [dashboard] = of_kind("ConfigMap")[..] else { panic!("one ConfigMap: {text}") };
+    assert_eq!(docs.len(), 3, "nothing else: {text}");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value = serde_json::from_str(dashboard["data"]["verdict.json"].as_str().unwrap()).unwrap();
+    assert!(json["panels"].as_array().is_some_and(|p| !p.is_empty()), "the dashboard has panels");
+
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    let relabelings = endpoint["relabelings"].as_array().unwrap();
+    let rule = |target: &str| relabelings.iter().find(|r| r["targetLabel"] == target);
+    assert_eq!(
+        rule("job").map(|r| &r["replacement"]),
+        Some(&Value::from("kube-proxy")),
+        "kubernetes-mixin selects job=\"kube-proxy\""
+    );
+    let address = rule("__address__").expect("the address is set from the pod's");
+    assert_eq!(address["sourceLabels"][0], "__meta_kubernetes_pod_ip");
+    assert_eq!(address["replacement"], "$1:10249");
+    let keep = relabelings.iter().find(|r| r["action"] == "keep").expect("one target per pod");
+    assert_eq!(keep["sourceLabels"][0], "__meta_kubernetes_pod_container_port_name");
+    let kept = |name: &str| keep["regex"].as_str().unwrap().split('|').any(|alternative| alternative == name);
+    let selected = monitor["spec"]["selector"]["matchExpressions"][0]["values"].as_array().unwrap();
+    for overlay in ["base", "overlays/kubeadm"] {
+        let r = render(overlay);
+        let pod = r.daemonsets[0].spec.as_ref().unwrap().template.clone();
+        let app = pod.metadata.unwrap().labels.unwrap()["k8s-app"].clone();
+        assert!(selected.iter().any(|v| v == &app), "{overlay}: pods labelled k8s-app={app} are not selected");
+        // Prometheus makes a target per container port (one for a pod naming none): exactly
+        // one of them is kept, and only the metrics port (or the pod) goes to 10249.
+        let ports = pod.spec.unwrap().containers[0].ports.clone().unwrap_or_default();
+        let names: Vec<String> = match ports.is_empty() {
+            true => vec![String::new()],
+            false => ports.iter().map(|p| p.name.clone().unwrap_or_default()).collect(),
+        };
+        let targets: Vec<&String> = names.iter().filter(|n| kept(n)).collect();
+        assert_eq!(targets.len(), 1, "{overlay}: ports {names:?} give {} targets", targets.len());
+        if let Some(metrics) = ports.iter().find(|p| p.name.as_deref() == Some(targets[0].as_str())) {
+            assert_eq!(metrics.container_port, 10249, "{overlay}");
+        }
+    }
+}
