@@ -189,7 +189,7 @@ proptest! {
 
     #[test]
     fn config_files_are_accepted_or_refused_in_one_line((config, valid) in kube_proxy_configuration()) {
-        check(&serde_yaml::to_string(&config).unwrap(), None, valid.then_some(false))?;
+        check(&serde_norway::to_string(&config).unwrap(), None, valid.then_some(false))?;
     }
 
     #[test]
@@ -198,7 +198,7 @@ proptest! {
         cut in of(0usize..1000),
         over in of((0usize..1000, any::<char>())),
     ) {
-        check(&damaged(serde_yaml::to_string(&config).unwrap(), cut, over), None, None)?;
+        check(&damaged(serde_norway::to_string(&config).unwrap(), cut, over), None, None)?;
     }
 
     #[test]
@@ -208,7 +208,7 @@ proptest! {
         over in of((0usize..1000, prop::sample::select(vec!['{', ':', '"', '\t', '[', '\0']))),
     ) {
         let config = "kind: KubeProxyConfiguration\nhostnameOverride: node-a\n";
-        let text = serde_yaml::to_string(&kc).unwrap();
+        let text = serde_norway::to_string(&kc).unwrap();
         // A good kubeconfig must be accepted. A hostile or damaged one may be readable (an odd
         // server string is found out when the client starts, exit 1) or not (exit 64, one line).
         let must_refuse = (valid && cut.is_none() && over.is_none()).then_some(false);
