@@ -11,7 +11,6 @@
 use proptest::option::of;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use std::process::Command;
 
 /// A file removed on drop.
 struct TempFile(std::path::PathBuf);
@@ -46,13 +45,7 @@ fn verdict_run(config: &str, kubeconfig: Option<&str>) -> (Option<i32>, String) 
     };
     let file = TempFile::new("yaml", &config);
     let bin = env!("CARGO_BIN_EXE_verdict");
-    let mut cmd = if nix::unistd::geteuid().is_root() {
-        let mut c = Command::new("unshare");
-        c.args(["-n", bin]);
-        c
-    } else {
-        Command::new(bin)
-    };
+    let mut cmd = verdict_e2e::privilege::host_safe_command(bin);
     cmd.args(["run", "--config", file.path(), "--cleanup"]);
     let out = cmd.output().unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
