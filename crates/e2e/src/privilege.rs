@@ -32,9 +32,8 @@ pub fn kernel_tests_enabled(test: &str) -> bool {
     }
     skip_or_fail(&format!(
         "SKIPPED {test}: kernel tests need CAP_NET_ADMIN and CAP_SYS_ADMIN (to create network \
-         namespaces and program nftables), and {} is missing; run them as root with \
-         `sudo -E cargo xtask test`",
-        missing.join(" and ")
+         namespaces and program nftables); missing: {}. Run them as root with `sudo -E cargo xtask test`",
+        missing.join(", ")
     ));
     false
 }
@@ -66,11 +65,22 @@ pub fn host_safe_command(program: impl AsRef<Path>) -> Command {
     c
 }
 
+/// The path of the function it is used in, `packets_core::hairpin_reaches_itself_masqueraded`:
+/// a skip names the test that skipped, not only its file.
+#[macro_export]
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let name = ::std::any::type_name_of_val(&here);
+        name.strip_suffix("::here").unwrap_or(name)
+    }};
+}
+
 /// Returns early from a test (with a loud message) when kernel tests cannot run.
 #[macro_export]
 macro_rules! require_kernel {
     () => {
-        if !$crate::privilege::kernel_tests_enabled(module_path!()) {
+        if !$crate::privilege::kernel_tests_enabled($crate::test_name!()) {
             return;
         }
     };
@@ -107,7 +117,7 @@ pub fn flowtable_tests_enabled(test: &str) -> bool {
 macro_rules! require_flowtable {
     () => {
         $crate::require_kernel!();
-        if !$crate::privilege::flowtable_tests_enabled(module_path!()) {
+        if !$crate::privilege::flowtable_tests_enabled($crate::test_name!()) {
             return;
         }
     };
