@@ -49,7 +49,7 @@ struct Rendered {
 fn render(name: &str) -> Rendered {
     let text = kustomize(&deploy().join(name));
     let mut out = Rendered { daemonsets: vec![], config_maps: vec![], roles: vec![], bindings: vec![] };
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_norway::Deserializer::from_str(&text) {
         let doc: Value = serde::Deserialize::deserialize(doc).unwrap();
         let kind = doc["kind"].as_str().unwrap_or_default().to_string();
         let what = format!("{name}: {kind} {}", doc["metadata"]["name"]);
@@ -206,7 +206,7 @@ fn the_kubeadm_overlay_replaces_kube_proxy_in_place() {
 #[test]
 fn the_kind_cluster_has_no_kube_proxy_and_two_workers() {
     let text = std::fs::read_to_string(deploy().join("kind/cluster.yaml")).unwrap();
-    let doc: Value = serde_yaml::from_str(&text).unwrap();
+    let doc: Value = serde_norway::from_str(&text).unwrap();
     assert_eq!(doc["networking"]["kubeProxyMode"], "none");
     let roles: Vec<&str> = doc["nodes"].as_array().unwrap().iter().map(|n| n["role"].as_str().unwrap()).collect();
     assert_eq!(roles.iter().filter(|r| **r == "worker").count(), 2, "{roles:?}");
@@ -246,7 +246,7 @@ fn the_rollback_hands_each_node_back_only_once_kube_proxy_serves() {
 fn the_monitoring_objects_scrape_the_agents_verdict_ships() {
     let text = kustomize(&deploy().join("monitoring"));
     let docs: Vec<Value> =
-        serde_yaml::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+        serde_norway::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
     let of_kind = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).collect::<Vec<_>>();
     let [monitor] = of_kind("PodMonitor")[..] else { panic!("one PodMonitor: {text}") };
     assert_eq!(of_kind("PrometheusRule").len(), 1, "{text}");

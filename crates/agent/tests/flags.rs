@@ -2,16 +2,10 @@
 
 use std::process::Command;
 
-/// The binary, in a network namespace of its own when root: a case that wrongly passes
-/// validation must not program the host's table or write the host's sysctls.
+/// The binary, in a network namespace of its own when it could touch the host's: a case that
+/// wrongly passes validation must not program the host's table or write the host's sysctls.
 fn isolated(program: &std::path::Path) -> Command {
-    if nix::unistd::geteuid().is_root() {
-        let mut c = Command::new("unshare");
-        c.arg("-n").arg(program);
-        c
-    } else {
-        Command::new(program)
-    }
+    verdict_e2e::privilege::host_safe_command(program)
 }
 
 fn verdict(args: &[&str]) -> (i32, String) {
@@ -121,7 +115,7 @@ fn written(args: &[&str]) -> (i32, String, serde_json::Value) {
     all.push(&to);
     let (code, stderr) = verdict(&all);
     let text = std::fs::read_to_string(&out.0).unwrap_or_default();
-    let value: serde_json::Value = serde_yaml::from_str(&text).unwrap_or_default();
+    let value: serde_json::Value = serde_norway::from_str(&text).unwrap_or_default();
     (code, stderr, value)
 }
 
@@ -279,7 +273,7 @@ fn leaf_paths(value: &serde_json::Value, prefix: &str, out: &mut std::collection
 
 fn fixture_paths(text: &str) -> std::collections::BTreeSet<String> {
     let mut paths = std::collections::BTreeSet::new();
-    leaf_paths(&serde_yaml::from_str(text).unwrap(), "", &mut paths);
+    leaf_paths(&serde_norway::from_str(text).unwrap(), "", &mut paths);
     paths
 }
 
@@ -338,7 +332,7 @@ fn a_written_configuration_reads_back_to_itself() {
     );
     let (code, stderr, first) = written(&["--config", file.path(), "--hostname-override=n1"]);
     assert_eq!(code, 0, "{stderr}");
-    let again = config_file(&serde_yaml::to_string(&first).unwrap());
+    let again = config_file(&serde_norway::to_string(&first).unwrap());
     let (code, stderr, second) = written(&["--config", again.path()]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(first, second, "written, read and written again: the same configuration");
@@ -471,7 +465,7 @@ fn invoked_as_kube_proxy_it_runs() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(version.status.success() && String::from_utf8_lossy(&version.stdout).starts_with("verdict v"));
     assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
-    let c: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&out.0).unwrap()).unwrap();
+    let c: serde_json::Value = serde_norway::from_str(&std::fs::read_to_string(&out.0).unwrap()).unwrap();
     assert_eq!(c["mode"], "iptables");
     assert_eq!(c["clientConnection"]["kubeconfig"], "/var/lib/kube-proxy/kubeconfig.conf");
     assert_eq!(refused.status.code(), Some(64), "{}", String::from_utf8_lossy(&refused.stderr));

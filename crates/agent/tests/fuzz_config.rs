@@ -11,7 +11,6 @@
 use proptest::option::of;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use std::process::Command;
 
 /// A file removed on drop.
 struct TempFile(std::path::PathBuf);
@@ -46,13 +45,7 @@ fn verdict_run(config: &str, kubeconfig: Option<&str>) -> (Option<i32>, String) 
     };
     let file = TempFile::new("yaml", &config);
     let bin = env!("CARGO_BIN_EXE_verdict");
-    let mut cmd = if nix::unistd::geteuid().is_root() {
-        let mut c = Command::new("unshare");
-        c.args(["-n", bin]);
-        c
-    } else {
-        Command::new(bin)
-    };
+    let mut cmd = verdict_e2e::privilege::host_safe_command(bin);
     cmd.args(["run", "--config", file.path(), "--cleanup"]);
     let out = cmd.output().unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -189,7 +182,7 @@ proptest! {
 
     #[test]
     fn config_files_are_accepted_or_refused_in_one_line((config, valid) in kube_proxy_configuration()) {
-        check(&serde_yaml::to_string(&config).unwrap(), None, valid.then_some(false))?;
+        check(&serde_norway::to_string(&config).unwrap(), None, valid.then_some(false))?;
     }
 
     #[test]
@@ -198,7 +191,7 @@ proptest! {
         cut in of(0usize..1000),
         over in of((0usize..1000, any::<char>())),
     ) {
-        check(&damaged(serde_yaml::to_string(&config).unwrap(), cut, over), None, None)?;
+        check(&damaged(serde_norway::to_string(&config).unwrap(), cut, over), None, None)?;
     }
 
     #[test]
@@ -208,7 +201,7 @@ proptest! {
         over in of((0usize..1000, prop::sample::select(vec!['{', ':', '"', '\t', '[', '\0']))),
     ) {
         let config = "kind: KubeProxyConfiguration\nhostnameOverride: node-a\n";
-        let text = serde_yaml::to_string(&kc).unwrap();
+        let text = serde_norway::to_string(&kc).unwrap();
         // A good kubeconfig must be accepted. A hostile or damaged one may be readable (an odd
         // server string is found out when the client starts, exit 1) or not (exit 64, one line).
         let must_refuse = (valid && cut.is_none() && over.is_none()).then_some(false);

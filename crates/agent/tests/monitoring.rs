@@ -186,9 +186,9 @@ fn dashboard_queries() -> Vec<(String, String)> {
 /// The rules file in the PrometheusRule's `spec`, written to `dir/rules.yaml`; the alerts.
 fn write_rules(dir: &Path) -> Vec<(String, String)> {
     let text = std::fs::read_to_string(repo().join("deploy/monitoring/prometheusrule.yaml")).unwrap();
-    let rule: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let rule: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     assert_eq!(rule["kind"].as_str(), Some("PrometheusRule"));
-    std::fs::write(dir.join("rules.yaml"), serde_yaml::to_string(&rule["spec"]).unwrap()).unwrap();
+    std::fs::write(dir.join("rules.yaml"), serde_norway::to_string(&rule["spec"]).unwrap()).unwrap();
     let mut alerts = Vec::new();
     for group in rule["spec"]["groups"].as_sequence().unwrap() {
         for r in group["rules"].as_sequence().unwrap() {

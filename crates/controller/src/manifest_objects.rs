@@ -63,18 +63,18 @@ pub(crate) trait Document: Sized {
     fn decode<T: serde::de::DeserializeOwned>(self) -> Result<T, String>;
 }
 
-impl Document for serde_yaml::Value {
+impl Document for serde_norway::Value {
     fn field(&self, path: &[&str]) -> Option<&str> {
         path.iter().try_fold(self, |v, k| v.get(*k))?.as_str()
     }
     fn items(self) -> Vec<Self> {
         match self.get("items") {
-            Some(serde_yaml::Value::Sequence(items)) => items.clone(),
+            Some(serde_norway::Value::Sequence(items)) => items.clone(),
             _ => Vec::new(),
         }
     }
     fn decode<T: serde::de::DeserializeOwned>(self) -> Result<T, String> {
-        serde_yaml::from_value(self).map_err(|e| e.to_string())
+        serde_norway::from_value(self).map_err(|e| e.to_string())
     }
 }
 

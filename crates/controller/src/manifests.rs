@@ -67,9 +67,9 @@ pub fn load(dir: &Path) -> Result<Manifests, ManifestError> {
 /// Parses the documents of one file's text (`origin` names it in problems).
 ///
 /// Documents are read by [`crate::manifests_yaml`] where they are in its subset and by
-/// serde_yaml where not; the result is always [`parse_into_with_serde_yaml`]'s. A document
-/// serde_yaml cannot read, or a split into documents that might not be libyaml's, sends the
-/// whole file to serde_yaml again, so syntax errors are reported (and end the file) as they were.
+/// serde_norway where not; the result is always [`parse_into_with_serde_norway`]'s. A document
+/// serde_norway cannot read, or a split into documents that might not be libyaml's, sends the
+/// whole file to serde_norway again, so syntax errors are reported (and end the file) as they were.
 pub fn parse_into(out: &mut Manifests, origin: &str, text: &str) {
     parse_into_split(out, origin, text, PARALLEL_DOCUMENTS)
 }
@@ -81,7 +81,7 @@ pub(crate) fn parse_into_split(out: &mut Manifests, origin: &str, text: &str, pa
         crate::manifests_yaml::split(text).is_some_and(|docs| parse_halves(out, origin, text, &docs, parallel_from));
     if !read {
         before.truncate(out);
-        parse_into_with_serde_yaml(out, origin, text);
+        parse_into_with_serde_norway(out, origin, text);
     }
 }
 
@@ -116,8 +116,8 @@ fn parse_halves(
     read_first && read_second
 }
 
-/// Reads each document fast or, failing that, alone with serde_yaml; false if the file must be
-/// read by serde_yaml whole. `first` is the number of the first document in the file.
+/// Reads each document fast or, failing that, alone with serde_norway; false if the file must be
+/// read by serde_norway whole. `first` is the number of the first document in the file.
 fn parse_documents(
     out: &mut Manifests,
     origin: &str,
@@ -129,17 +129,17 @@ fn parse_documents(
         let value = match span.body.clone().and_then(|body| crate::manifests_yaml::read(&text[body])) {
             Some(value) => value,
             None => {
-                let mut stream = serde_yaml::Deserializer::from_str(&text[span.whole.clone()]);
-                let Some(Ok(value)) = stream.next().map(serde_yaml::Value::deserialize) else { return false };
+                let mut stream = serde_norway::Deserializer::from_str(&text[span.whole.clone()]);
+                let Some(Ok(value)) = stream.next().map(serde_norway::Value::deserialize) else { return false };
                 if stream.next().is_some() {
                     return false;
                 }
                 value
             }
         };
-        // Not `is_null`: that also takes a tagged null (`!`), which serde_yaml's path reads as
+        // Not `is_null`: that also takes a tagged null (`!`), which serde_norway's path reads as
         // a document.
-        if value != serde_yaml::Value::Null {
+        if value != serde_norway::Value::Null {
             add_object(out, origin, i, value);
         }
     }
@@ -164,12 +164,12 @@ impl Lengths {
     }
 }
 
-/// Parses the documents of one file's text with serde_yaml alone: the reference
+/// Parses the documents of one file's text with serde_norway alone: the reference
 /// [`parse_into`] must equal (public for the tests that check it).
-pub fn parse_into_with_serde_yaml(out: &mut Manifests, origin: &str, text: &str) {
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        match serde_yaml::Value::deserialize(doc) {
-            Ok(serde_yaml::Value::Null) => {}
+pub fn parse_into_with_serde_norway(out: &mut Manifests, origin: &str, text: &str) {
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
+        match serde_norway::Value::deserialize(doc) {
+            Ok(serde_norway::Value::Null) => {}
             Ok(value) => add_object(out, origin, i, value),
             Err(e) => {
                 out.problems.push(manifest_problem(origin, Some(i), format!("not valid YAML: {e}")));
@@ -250,7 +250,7 @@ metadata: {name: ignored}
             let mut m = Manifests::default();
             if json {
                 let docs: Vec<serde_json::Value> =
-                    text.split("---\n").map(|d| serde_yaml::from_str(d).unwrap()).collect();
+                    text.split("---\n").map(|d| serde_norway::from_str(d).unwrap()).collect();
                 let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
                 crate::manifests_json::parse_into(&mut m, "x.json", &list.to_string());
             } else {

@@ -5,7 +5,7 @@
 //!
 //! Properties: nothing panics; an untouched document becomes exactly the object it was made
 //! from; whatever cannot be read is reported as a manifest problem that names the file, in one
-//! line; the fast YAML reader changes nothing serde_yaml alone would read. `PROPTEST_CASES` sets the number of cases (256 by default).
+//! line; the fast YAML reader changes nothing serde_norway alone would read. `PROPTEST_CASES` sets the number of cases (256 by default).
 
 mod fuzz;
 
@@ -131,7 +131,7 @@ proptest! {
 
     #[test]
     fn yaml_documents_are_read_or_reported(values in vec(object(), 0..4), damage in damage()) {
-        let docs: Vec<String> = values.iter().map(|v| serde_yaml::to_string(v).unwrap()).collect();
+        let docs: Vec<String> = values.iter().map(|v| serde_norway::to_string(v).unwrap()).collect();
         let text = apply(&docs.join("---\n"), &damage);
         let mut m = Manifests::default();
         manifests::parse_into(&mut m, "fuzz.yaml", &text);
@@ -142,20 +142,20 @@ proptest! {
         check_problems_and_use(&m, "fuzz.yaml")?;
     }
 
-    /// The fast YAML reader, with serde_yaml where it gives a document up, reads every file
-    /// (damaged or not) exactly as serde_yaml alone does: objects, problems and their order.
+    /// The fast YAML reader, with serde_norway where it gives a document up, reads every file
+    /// (damaged or not) exactly as serde_norway alone does: objects, problems and their order.
     #[test]
-    fn yaml_is_read_as_serde_yaml_alone_reads_it(
+    fn yaml_is_read_as_serde_norway_alone_reads_it(
         values in vec(object(), 0..4),
         file in prop::sample::select(corpus()),
         damage in damage(),
     ) {
-        let docs: Vec<String> = values.iter().map(|v| serde_yaml::to_string(v).unwrap()).collect();
+        let docs: Vec<String> = values.iter().map(|v| serde_norway::to_string(v).unwrap()).collect();
         let corpus = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
         for text in [apply(&docs.join("---\n"), &damage), apply(&corpus, &damage)] {
             let (mut fast, mut reference) = (Manifests::default(), Manifests::default());
             manifests::parse_into(&mut fast, "f.yaml", &text);
-            manifests::parse_into_with_serde_yaml(&mut reference, "f.yaml", &text);
+            manifests::parse_into_with_serde_norway(&mut reference, "f.yaml", &text);
             prop_assert_eq!(format!("{:?}", fast), format!("{:?}", reference), "{:?}", text);
         }
     }

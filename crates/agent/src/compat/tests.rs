@@ -79,21 +79,21 @@ fn every_field_of_v1alpha1_has_a_row_and_is_read_without_a_warning() {
         .collect();
     same_names("configuration fields", &upstream, CONFIG_FIELDS);
     // Every path present (null leaves): nothing may be reported unknown.
-    let mut doc = serde_yaml::Mapping::new();
+    let mut doc = serde_norway::Mapping::new();
     for path in &upstream {
         let mut map = &mut doc;
         let parts: Vec<&str> = path.split('.').collect();
         for (i, part) in parts.iter().enumerate() {
-            let key = serde_yaml::Value::from(*part);
+            let key = serde_norway::Value::from(*part);
             if i + 1 == parts.len() {
-                map.insert(key, serde_yaml::Value::Null);
+                map.insert(key, serde_norway::Value::Null);
             } else {
-                let next = map.entry(key).or_insert_with(|| serde_yaml::Mapping::new().into());
+                let next = map.entry(key).or_insert_with(|| serde_norway::Mapping::new().into());
                 map = next.as_mapping_mut().expect("a section");
             }
         }
     }
-    let text = serde_yaml::to_string(&doc).unwrap();
+    let text = serde_norway::to_string(&doc).unwrap();
     let loaded = KubeProxyConfiguration::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert!(loaded.unknown_fields.is_empty(), "unknown: {:?}", loaded.unknown_fields);
     // And a field that is not upstream's is reported.

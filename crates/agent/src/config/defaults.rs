@@ -6,7 +6,7 @@
 use super::file::{
     ClientConnection, ConntrackSection, IptablesSection, IpvsSection, KubeProxyConfiguration, Logging, NftablesSection,
 };
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::net::IpAddr;
 
 /// kube-proxy's health port (`ports.ProxyHealthzPort`).

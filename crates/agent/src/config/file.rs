@@ -6,7 +6,7 @@
 
 use super::{ConfigError, bad};
 use serde::{Deserialize, Serialize};
-use serde_yaml::Value;
+use serde_norway::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -182,7 +182,7 @@ impl KubeProxyConfiguration {
     /// Parses a configuration file's text.
     pub fn parse(text: &str) -> Result<Loaded, String> {
         let mut unknown_fields = Vec::new();
-        let config: KubeProxyConfiguration = match serde_yaml::from_str::<Value>(text) {
+        let config: KubeProxyConfiguration = match serde_norway::from_str::<Value>(text) {
             // An empty file is a configuration with every default, as upstream decodes it.
             Ok(Value::Null) => KubeProxyConfiguration::default(),
             Ok(value) => serde_ignored::deserialize(value, |path| unknown_fields.push(dotted(&path)))

@@ -6,7 +6,7 @@
 //! kube-proxy's.
 
 use super::file::{API_VERSION, KubeProxyConfiguration};
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 use std::path::Path;
 
 /// Every field of v1alpha1 at the zero value upstream writes for it, in upstream's (sorted)
@@ -148,26 +148,26 @@ fn shape(zero: &Mapping, value: Option<&Mapping>, prefix: &str) -> Mapping {
 }
 
 /// The text written: `config` completed, in upstream's shape.
-pub fn render(config: &KubeProxyConfiguration) -> Result<String, serde_yaml::Error> {
+pub fn render(config: &KubeProxyConfiguration) -> Result<String, serde_norway::Error> {
     let mut config = config.clone();
     complete(&mut config);
     config.api_version = Some(API_VERSION.into());
     config.kind = Some("KubeProxyConfiguration".into());
-    let mut value = serde_yaml::to_value(&config)?;
+    let mut value = serde_norway::to_value(&config)?;
     // A float32 upstream, written `5`, not `5.0`.
     if let Some(qps) = value.get_mut("clientConnection").and_then(|c| c.get_mut("qps"))
         && let Some(q) = qps.as_f64().filter(|q| q.fract() == 0.0 && q.abs() < 1e15)
     {
         *qps = Value::from(q as i64);
     }
-    let zero: Mapping = serde_yaml::from_str(UPSTREAM_ZERO)?;
-    serde_yaml::to_string(&shape(&zero, value.as_mapping(), ""))
+    let zero: Mapping = serde_norway::from_str(UPSTREAM_ZERO)?;
+    serde_norway::to_string(&shape(&zero, value.as_mapping(), ""))
 }
 
 /// `/configz`: the configuration in effect as upstream's configz serves it, JSON under the
 /// group's name (`{"kubeproxy.config.k8s.io": {...}}`), in the shape [`render`] writes.
 pub fn configz(config: &KubeProxyConfiguration) -> String {
-    let value = render(config).and_then(|text| serde_yaml::from_str::<serde_json::Value>(&text));
+    let value = render(config).and_then(|text| serde_norway::from_str::<serde_json::Value>(&text));
     match value {
         Ok(v) => serde_json::json!({ "kubeproxy.config.k8s.io": v }).to_string(),
         Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
@@ -188,7 +188,7 @@ mod tests {
         let mut c = KubeProxyConfiguration::parse(text).unwrap().config;
         super::super::defaults::apply(&mut c);
         let out = render(&c).unwrap();
-        let value = serde_yaml::from_str(&out).unwrap();
+        let value = serde_norway::from_str(&out).unwrap();
         (out, value)
     }
 
@@ -212,9 +212,9 @@ mod tests {
         assert!(v.get("featureGates").is_none() && v["logging"].get("vmodule").is_none(), "omitempty: {text}");
         assert_eq!(v["winkernel"]["rootHnsEndpointName"], Value::from(""));
         let (_, v) = written("mode: nftables\nnodePortAddresses: []\n");
-        assert_eq!(v["nodePortAddresses"], serde_yaml::from_str::<Value>("[primary]").unwrap());
+        assert_eq!(v["nodePortAddresses"], serde_norway::from_str::<Value>("[primary]").unwrap());
         let (_, v) = written("mode: nftables\ndetectLocalMode: NodeCIDR\nnodePortAddresses: [10.0.0.0/8]\n");
-        assert_eq!(v["nodePortAddresses"], serde_yaml::from_str::<Value>("[10.0.0.0/8]").unwrap());
+        assert_eq!(v["nodePortAddresses"], serde_norway::from_str::<Value>("[10.0.0.0/8]").unwrap());
         assert_eq!(v["detectLocalMode"], Value::from("NodeCIDR"));
     }
 

@@ -1,16 +1,16 @@
-//! A fast reader for the YAML Kubernetes tools write: libyaml through serde_yaml spent most of a
+//! A fast reader for the YAML Kubernetes tools write: libyaml through serde_norway spent most of a
 //! 100k-Service render reading the manifests.
 //!
 //! It reads a conservative subset (block mappings and sequences, one-line flow collections,
 //! one-line plain and quoted scalars) and gives a document up (`None`) at the first thing outside
-//! it, for serde_yaml to read exactly as before; so the subset only has to be read right, never
-//! completely. It builds the `serde_yaml::Value` serde_yaml would have built, not a
+//! it, for serde_norway to read exactly as before; so the subset only has to be read right, never
+//! completely. It builds the `serde_norway::Value` serde_norway would have built, not a
 //! `serde_json::Value`: the two decode differently (serde_json's reads a sequence as a struct,
-//! serde_yaml's reads null as an empty map), and only the same Value keeps every decoded object
+//! serde_norway's reads null as an empty map), and only the same Value keeps every decoded object
 //! and every problem message as it was.
 
 use scalar::{double_quoted, flow_key, flow_plain_end, key, plain_block, resolve, single_quoted};
-use serde_yaml::{Mapping, Value};
+use serde_norway::{Mapping, Value};
 use std::ops::Range;
 
 mod scalar;
@@ -18,14 +18,14 @@ mod scalar;
 /// One document of a file, as libyaml counts them.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Span {
-    /// All of its text, markers included: what serde_yaml reads when the fast reader gives up.
+    /// All of its text, markers included: what serde_norway reads when the fast reader gives up.
     pub whole: Range<usize>,
     /// Its content without the marker lines; `None` when content shares the `---` line.
     pub body: Option<Range<usize>>,
 }
 
 /// Splits a file's text into documents at `---` and `...` lines, or `None` when the split
-/// might not be libyaml's (then the whole file goes to serde_yaml).
+/// might not be libyaml's (then the whole file goes to serde_norway).
 pub(crate) fn split(text: &str) -> Option<Vec<Span>> {
     // Tabs, CRs, BOMs and Unicode line breaks change what counts as an empty line.
     if text.bytes().any(|b| b == b'\t' || b == b'\r')
@@ -119,12 +119,12 @@ fn printable(text: &str) -> bool {
         })
 }
 
-/// Outside the subset: the document goes to serde_yaml.
+/// Outside the subset: the document goes to serde_norway.
 pub(super) struct Unsupported;
 
 pub(super) type Read<T> = Result<T, Unsupported>;
 
-/// serde_yaml's recursion limit is 128; deeper documents are its to reject.
+/// serde_norway's recursion limit is 128; deeper documents are its to reject.
 const MAX_DEPTH: usize = 64;
 
 /// A cursor over the lines of a document's content.

@@ -1,8 +1,8 @@
 //! The scalars and keys of the fast YAML reader: where they end, what they hold, and the type
-//! serde_yaml gives them.
+//! serde_norway gives them.
 
 use super::{Read, Unsupported};
-use serde_yaml::{Number, Value};
+use serde_norway::{Number, Value};
 
 /// libyaml rejects a simple key longer than 1024 characters.
 const MAX_KEY: usize = 1000;
@@ -28,7 +28,7 @@ pub(super) fn key(s: &str) -> Read<Option<(String, &str)>> {
                 return Ok(None);
             };
             match resolve(s[..colon].trim_end_matches(' '))? {
-                // A merge key is only a key to serde_yaml; keep it away from anything that merges.
+                // A merge key is only a key to serde_norway; keep it away from anything that merges.
                 Value::String(name) if name != "<<" => (name, &s[colon + 1..]),
                 _ => return Err(Unsupported),
             }
@@ -165,8 +165,8 @@ fn hex(s: &str, at: usize, digits: usize) -> Read<char> {
     u32::from_str_radix(code, 16).ok().and_then(char::from_u32).ok_or(Unsupported)
 }
 
-/// The type serde_yaml 0.9 gives a plain scalar, where it is certain; floats, and integers
-/// in other bases or beyond 64 bits, are left to serde_yaml.
+/// The type serde_norway 0.9 gives a plain scalar, where it is certain; floats, and integers
+/// in other bases or beyond 64 bits, are left to serde_norway.
 pub(super) fn resolve(s: &str) -> Read<Value> {
     match s {
         "" => return Err(Unsupported),

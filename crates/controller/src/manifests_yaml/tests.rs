@@ -1,9 +1,9 @@
-//! The fast reader against serde_yaml, the reference: whatever it reads must be what serde_yaml
+//! The fast reader against serde_norway, the reference: whatever it reads must be what serde_norway
 //! reads, and it must read the common Kubernetes output rather than give everything up.
 
 use super::writer::*;
 use super::{Value, read, split};
-use crate::manifests::{Manifests, parse_into, parse_into_split, parse_into_with_serde_yaml};
+use crate::manifests::{Manifests, parse_into, parse_into_split, parse_into_with_serde_norway};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -12,13 +12,13 @@ use proptest::test_runner::TestRunner;
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
-    /// Whatever the fast reader reads is what serde_yaml reads (and it reads nothing serde_yaml
-    /// rejects), in serde_yaml's output and in block style written every way.
+    /// Whatever the fast reader reads is what serde_norway reads (and it reads nothing serde_norway
+    /// rejects), in serde_norway's output and in block style written every way.
     #[test]
-    fn what_is_read_fast_is_what_serde_yaml_reads(doc in document(leaf(true).boxed(), any_key().boxed()), style in style()) {
-        for text in [serde_yaml::to_string(&doc).unwrap(), write(&doc, &style)] {
+    fn what_is_read_fast_is_what_serde_norway_reads(doc in document(leaf(true).boxed(), any_key().boxed()), style in style()) {
+        for text in [serde_norway::to_string(&doc).unwrap(), write(&doc, &style)] {
             if let Some(fast) = read(&text) {
-                prop_assert_eq!(Some(fast), serde_yaml::from_str::<Value>(&text).ok(), "{}", text);
+                prop_assert_eq!(Some(fast), serde_norway::from_str::<Value>(&text).ok(), "{}", text);
             }
         }
     }
@@ -26,10 +26,10 @@ proptest! {
     /// The same for documents of a few scalars, where one tricky scalar does not hide among
     /// others that make the reader give the document up anyway.
     #[test]
-    fn each_scalar_is_read_as_serde_yaml_reads_it(doc in small_document(), style in style()) {
-        for text in [serde_yaml::to_string(&doc).unwrap(), write(&doc, &style)] {
+    fn each_scalar_is_read_as_serde_norway_reads_it(doc in small_document(), style in style()) {
+        for text in [serde_norway::to_string(&doc).unwrap(), write(&doc, &style)] {
             if let Some(fast) = read(&text) {
-                prop_assert_eq!(Some(fast), serde_yaml::from_str::<Value>(&text).ok(), "{}", text);
+                prop_assert_eq!(Some(fast), serde_norway::from_str::<Value>(&text).ok(), "{}", text);
             }
         }
     }
@@ -43,7 +43,7 @@ proptest! {
         text.push_str(DOCS[last]);
         // Documents without a kind are problems that name them by their index.
         prop_assert_eq!(parsed(&text, true), parsed(&text, false), "{:?}", text);
-        let reference: Result<Vec<(usize, Value)>, _> = serde_yaml::Deserializer::from_str(&text)
+        let reference: Result<Vec<(usize, Value)>, _> = serde_norway::Deserializer::from_str(&text)
             .map(Value::deserialize)
             .enumerate()
             .map(|(i, v)| v.map(|v| (i, v)))
@@ -54,7 +54,7 @@ proptest! {
         for (i, span) in spans.iter().enumerate() {
             let value = match span.body.clone().and_then(|b| read(&text[b])) {
                 Some(v) => v,
-                None => serde_yaml::from_str::<Value>(&text[span.whole.clone()]).unwrap(),
+                None => serde_norway::from_str::<Value>(&text[span.whole.clone()]).unwrap(),
             };
             if value != Value::Null {
                 split_docs.push((i, value));
@@ -101,7 +101,7 @@ fn k8s_leaf() -> BoxedStrategy<Value> {
     .boxed()
 }
 
-/// kubectl-like output (serde_yaml's emitter, and block style quoting as kubectl does) is read
+/// kubectl-like output (serde_norway's emitter, and block style quoting as kubectl does) is read
 /// fast: a reader that gave everything up would pass the property above.
 #[test]
 fn kubectl_like_documents_are_read_fast() {
@@ -111,7 +111,7 @@ fn kubectl_like_documents_are_read_fast() {
     for _ in 0..500 {
         let (doc, mut style) = strategy.new_tree(&mut runner).unwrap().current();
         style.kubectl = true;
-        for text in [serde_yaml::to_string(&doc).unwrap(), write(&doc, &style)] {
+        for text in [serde_norway::to_string(&doc).unwrap(), write(&doc, &style)] {
             texts += 1;
             if let Some(value) = read(&text) {
                 assert_eq!(value, doc, "{text}");
@@ -127,7 +127,7 @@ fn parsed(text: &str, fast: bool) -> String {
     if fast {
         parse_into(&mut m, "f.yaml", text)
     } else {
-        parse_into_with_serde_yaml(&mut m, "f.yaml", text)
+        parse_into_with_serde_norway(&mut m, "f.yaml", text)
     }
     format!("{:#?}", (m.services, m.slices, m.nodes, m.service_cidrs, m.problems))
 }
@@ -190,12 +190,12 @@ const BAD: &[&str] = &[
 ];
 
 #[test]
-fn fast_and_serde_yaml_files_give_the_same_manifests() {
+fn fast_and_serde_norway_files_give_the_same_manifests() {
     let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_corpus");
     let mut texts = vec![GOOD.to_string(), BAD.join("---\n"), format!("{}---\n{}...\n{GOOD}", BAD.join("---\n"), GOOD)];
-    // A duplicate key is an error serde_yaml ends the file at, too.
+    // A duplicate key is an error serde_norway ends the file at, too.
     texts.push(format!("{GOOD}---\nkind: Service\nmetadata: {{name: dup, name: again}}\n---\n{GOOD}"));
-    // A syntax error ends the file where serde_yaml meets it, after documents already read fast.
+    // A syntax error ends the file where serde_norway meets it, after documents already read fast.
     texts.push(format!("{GOOD}---\nkind: Service\nmetadata: {{name: x\n---\n{GOOD}"));
     texts.push(format!("{GOOD}---\nkind: Service\n  bad: indent\n"));
     for entry in std::fs::read_dir(corpus).unwrap() {
@@ -214,10 +214,10 @@ fn fast_and_serde_yaml_files_give_the_same_manifests() {
 }
 
 /// Every tricky string written plain, single- and double-quoted, as a value, a flow item and a
-/// key: whatever the fast reader reads is serde_yaml's reading (deterministic, beside the
+/// key: whatever the fast reader reads is serde_norway's reading (deterministic, beside the
 /// properties above, which draw these among others).
 #[test]
-fn each_tricky_scalar_is_read_as_serde_yaml_reads_it() {
+fn each_tricky_scalar_is_read_as_serde_norway_reads_it() {
     let mut read_fast = 0;
     for s in TRICKY {
         let quoted = [s.to_string(), format!("'{}'", s.replace('\'', "''")), format!("{s:?}")];
@@ -225,7 +225,7 @@ fn each_tricky_scalar_is_read_as_serde_yaml_reads_it() {
             for text in [format!("k: {q}\n"), format!("k: [{q}]\n"), format!("{q}: v\n"), format!("- {q}\n")] {
                 if let Some(fast) = read(&text) {
                     read_fast += 1;
-                    assert_eq!(Some(fast), serde_yaml::from_str::<Value>(&text).ok(), "{text:?}");
+                    assert_eq!(Some(fast), serde_norway::from_str::<Value>(&text).ok(), "{text:?}");
                 }
             }
         }

@@ -4,7 +4,7 @@
 use super::printable;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use serde_yaml::Value;
+use serde_norway::Value;
 
 /// Strings that mean something else written plain, or break the structure, or need quoting.
 #[rustfmt::skip]
@@ -67,7 +67,7 @@ pub(super) fn small_document() -> impl Strategy<Value = Value> {
     vec((any_key(), value), 1..3).prop_map(mapping)
 }
 
-/// How a document is written: serde_yaml's emitter, or block style with these choices.
+/// How a document is written: serde_norway's emitter, or block style with these choices.
 #[derive(Clone, Debug)]
 pub(super) struct Style {
     /// `- ` at the key's own column under a key, not indented.
@@ -124,7 +124,11 @@ impl Writer<'_> {
         let choice = if self.style.kubectl {
             let safe =
                 s.bytes().all(|b| b.is_ascii_alphanumeric() || b"./_-".contains(&b)) && !s.starts_with(['-', '.']);
-            if plain && safe && serde_yaml::from_str::<Value>(s).ok() == Some(Value::String(s.into())) { 0 } else { 2 }
+            if plain && safe && serde_norway::from_str::<Value>(s).ok() == Some(Value::String(s.into())) {
+                0
+            } else {
+                2
+            }
         } else {
             self.choice() % 3
         };

@@ -46,10 +46,10 @@ pub struct Containers {
 impl Containers {
     /// From the output of `kubectl kustomize` with one DaemonSet in it.
     pub fn from_rendered(engine: &str, image: &str, rendered: &str) -> Result<Containers> {
-        for doc in serde_yaml::Deserializer::from_str(rendered) {
-            let value = serde_yaml::Value::deserialize(doc)?;
+        for doc in serde_norway::Deserializer::from_str(rendered) {
+            let value = serde_norway::Value::deserialize(doc)?;
             if value.get("kind").and_then(|k| k.as_str()) == Some("DaemonSet") {
-                let ds: DaemonSet = serde_yaml::from_value(value)?;
+                let ds: DaemonSet = serde_norway::from_value(value)?;
                 let pod = ds.spec.and_then(|s| s.template.spec).context("the DaemonSet has no pod spec")?;
                 return Ok(Containers { engine: engine.into(), image: image.into(), pod });
             }
