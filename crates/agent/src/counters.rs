@@ -23,10 +23,10 @@ use std::fmt::Write;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use verdict_controller::sync::AfterSync;
+use verdict_layout::counts::{ServiceCount, ServiceCounts};
+use verdict_layout::render::counted_keys::CountedKeys;
 use verdict_model::{PortChange, ProxyModel};
 use verdict_nft::netlink::Netlink;
-use verdict_nft::netlink::counters::ServiceCount;
-use verdict_nft::render::counted_keys::CountedKeys;
 
 /// The metric's name.
 pub const NAME: &str = "verdict_service_connections_total";
@@ -235,7 +235,7 @@ fn push_escaped(out: &mut String, v: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use verdict_nft::render::counters::Outcome;
+    use verdict_layout::render::counters::Outcome;
 
     #[test]
     fn one_series_per_port_and_outcome() {

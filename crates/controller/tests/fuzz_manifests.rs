@@ -117,7 +117,7 @@ fn check_problems_and_use(m: &Manifests, origin: &str) -> Result<(), TestCaseErr
         prop_assert!(!p.to_string().contains('\n'), "not one line: {:?}", p.to_string());
     }
     let built = build_model(ProxyConfig::default(), NODE, m.node(NODE), &[], &m.services, &m.slices);
-    let rs = verdict_nft::render(&built.model, &Default::default());
+    let rs = verdict_layout::render(&built.model, &Default::default());
     let _ = verdict_nft::text::listing(&rs);
     Ok(())
 }

@@ -18,11 +18,12 @@ use proptest::option::of;
 use proptest::prelude::*;
 use std::cell::RefCell;
 use verdict_controller::translate;
+use verdict_layout::{RenderOptions, render};
 use verdict_model::{
     BuildOutput, Cidr, ObjectKind, Protocol, ProxyConfig, ServicePortName, ServicePorts, build_model,
     parse_ip_tolerant, proxied_by_labels, refused_endpoint_address, source,
 };
-use verdict_nft::{RenderOptions, Ruleset, diff, render, text};
+use verdict_nft::{Ruleset, diff, text};
 
 /// Source records, as the controller hands them to the model.
 #[derive(Clone, Debug, Default)]

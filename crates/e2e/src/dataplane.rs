@@ -3,11 +3,12 @@
 
 use crate::netns::Netns;
 use std::collections::BTreeSet;
+use verdict_layout::render::FAST_PATH;
+use verdict_layout::{RenderOptions, render};
 use verdict_model::ProxyModel;
 use verdict_nft::netlink::Netlink;
 use verdict_nft::observe::observe;
-use verdict_nft::render::FAST_PATH;
-use verdict_nft::{RenderOptions, Ruleset, Transaction, diff, render};
+use verdict_nft::{Ruleset, Transaction, diff};
 
 /// Whether the packet tests run with the fast path on (`VERDICT_FAST_PATH=1`): `cargo xtask
 /// test` runs the scenario suites once more that way.

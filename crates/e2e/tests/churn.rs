@@ -10,10 +10,10 @@ use std::time::{Duration, Instant, SystemTime};
 use verdict_e2e::apilab::{ApiLab, node, service, slice};
 use verdict_e2e::cluster::prober::Prober;
 use verdict_e2e::{require_kernel, synth};
+use verdict_layout::{RenderOptions, render};
 use verdict_model::{Cidr, ProxyConfig, build_model};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::observe::observe;
-use verdict_nft::{RenderOptions, render};
 
 const SERVICES: usize = 10_000;
 const CHANGES: usize = 5_000;

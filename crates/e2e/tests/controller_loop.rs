@@ -10,13 +10,13 @@ use verdict_controller::health::ProxyHealth;
 use verdict_controller::sync::{SyncConfig, SyncLoop, SyncReport};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::{require_kernel, synth};
+use verdict_layout::{RenderOptions, render};
 use verdict_model::source::{EndpointSlice, Node, Service};
 use verdict_model::{Cidr, ModelCache, ProxyConfig};
 use verdict_nft::Kernel;
 use verdict_nft::netlink::Netlink;
 use verdict_nft::netlink::monitor::{TableMonitor, TableNotice};
 use verdict_nft::observe::observe;
-use verdict_nft::{RenderOptions, render};
 
 struct Running {
     tx: SyncSender<Event>,

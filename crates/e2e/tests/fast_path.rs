@@ -99,7 +99,7 @@ fn the_flowtable_and_its_rule_read_back_as_nft_lists_them() {
     // A device that leaves the wanted set is removed; the kernel holds exactly the rest.
     let fewer: Vec<&str> = ft.devices.iter().map(String::as_str).filter(|d| *d != "eth0").collect();
     let model = lab.model(lab.config(), &s, &e);
-    let opts = verdict_nft::RenderOptions { fast_path: true, ..Default::default() };
+    let opts = verdict_layout::RenderOptions { fast_path: true, ..Default::default() };
     let rs = verdict_e2e::dataplane::program_with(node, &model, &opts, Some(&fewer));
     let listed = node.check(&["nft", "list", "table", "inet", "kube-proxy"]).unwrap();
     assert_eq!(listed, text::listing(&rs));

@@ -16,12 +16,13 @@ use verdict_controller::metrics::SYNC_FAILURES;
 use verdict_controller::sync::{SyncConfig, SyncLoop, SyncReport};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::{require_kernel, synth};
+use verdict_layout::{RenderOptions, render};
 use verdict_model::ModelCache;
 use verdict_model::source::{EndpointSlice, Service};
 use verdict_nft::netlink::fault::{Fault, Faults};
 use verdict_nft::netlink::{Netlink, kernel_acks_batch_end};
 use verdict_nft::observe::observe;
-use verdict_nft::{RenderOptions, Ruleset, diff, render};
+use verdict_nft::{Ruleset, diff};
 
 const POOL: usize = 5000;
 

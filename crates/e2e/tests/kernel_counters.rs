@@ -10,12 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use verdict_e2e::netns::Netns;
 use verdict_e2e::{require_kernel, synth};
+use verdict_layout::counts::ServiceCounts;
+use verdict_layout::render::counted_keys::CountedKeys;
+use verdict_layout::render::counters::Outcome;
+use verdict_layout::{RenderOptions, render};
 use verdict_model::source::Endpoint;
 use verdict_model::{ProxyModel, ServiceCounters, build_model};
+use verdict_nft::diff;
 use verdict_nft::netlink::Netlink;
-use verdict_nft::render::counted_keys::CountedKeys;
-use verdict_nft::render::counters::Outcome;
-use verdict_nft::{RenderOptions, diff, render};
 
 const PROBE_ENDPOINT: &str = "10.255.0.1";
 

@@ -3,11 +3,12 @@
 
 use verdict_e2e::netns::Netns;
 use verdict_e2e::{require_kernel, synth};
+use verdict_layout::{DesiredTable, RenderOptions, render};
 use verdict_model::source::{EndpointSlice, Service};
 use verdict_model::{ServiceCounters, ServicePortName};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::observe::observe;
-use verdict_nft::{DesiredTable, RenderOptions, diff, render, text};
+use verdict_nft::{diff, text};
 
 /// A tiny deterministic generator (xorshift), so a failure replays.
 struct Rng(u64);

@@ -4,9 +4,10 @@
 use std::path::Path;
 use verdict_e2e::netns::Netns;
 use verdict_e2e::{fixtures, require_kernel};
+use verdict_layout::{RenderOptions, render};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::observe::observe;
-use verdict_nft::{RenderOptions, Ruleset, diff, render, text};
+use verdict_nft::{Ruleset, diff, text};
 
 fn program(ns: &Netns, rs: &verdict_nft::Ruleset) {
     ns.run(|| {

@@ -4,7 +4,6 @@ use crate::claims::{ClaimIndex, PortClaims};
 use crate::cost::Budget;
 use crate::endpoints::{SelectionInput, select};
 use crate::names::{ServiceNames, Spellings};
-use crate::net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, refused_endpoint_address, special_address};
 use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::proxy_model::ProxyModel;
 use crate::slices::{Address, EndpointView, SliceView};
@@ -16,6 +15,7 @@ use crate::types::{
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
+use verdict_net::{Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, refused_endpoint_address, special_address};
 
 /// The label that hands a Service to another proxy; kube-proxy (and verdict) skip such Services.
 pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";

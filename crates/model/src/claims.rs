@@ -7,11 +7,11 @@
 //! its (kind, name), so that adding or removing one Service settles ownership without looking
 //! at the others.
 
-use crate::net::Protocol;
 use crate::problem::{ObjectKind, ObjectRef, Problem};
 use crate::types::{OutsideAccess, ServicePort, ServicePortName};
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
+use verdict_net::Protocol;
 
 /// How much a claim is trusted: the lower, the stronger. A port that wants one key as two kinds
 /// (its own ClusterIP listed as an externalIP) contends with the stronger.
@@ -258,7 +258,7 @@ impl ClaimIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::Protocol;
+    use verdict_net::Protocol;
 
     /// Contenders added and withdrawn in any order are the sorted set of those still there,
     /// the first of which owns the key.

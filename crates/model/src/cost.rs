@@ -24,9 +24,9 @@
 //!
 //! [`ProxyConfig::max_elements_per_service`]: crate::ProxyConfig::max_elements_per_service
 
-use crate::net::IpFamily;
 use crate::proxy_model::ProxyModel;
 use crate::types::{EndpointTarget, ServicePort, Targets};
+use verdict_net::IpFamily;
 
 impl ProxyModel {
     /// The table objects `port` adds on this node, in every family it is programmed in (see

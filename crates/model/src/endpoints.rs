@@ -1,8 +1,8 @@
 //! Which endpoints each kind of traffic may reach: upstream kube-proxy's `CategorizeEndpoints`
 //! semantics (readiness, the serving-and-terminating fallback, topology hints, Local policies).
 
-use crate::net::IpFamily;
 use crate::types::{Endpoint, EndpointHints, EndpointSelection, Picks};
+use verdict_net::IpFamily;
 
 /// What the selection needs to know about the Service port and the node.
 pub(crate) struct SelectionInput<'a> {

@@ -14,7 +14,6 @@ mod claims;
 mod cost;
 mod endpoints;
 mod names;
-mod net;
 mod nodeport;
 mod packed;
 mod ports;
@@ -30,10 +29,6 @@ pub use build::{
     build_model, proxied_by_labels, proxied_services_selector,
 };
 pub use cache::{ModelCache, PortChange, Rebuilt};
-pub use net::{
-    AddressError, Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, parse_ip_tolerant, refused_endpoint_address,
-    special_address,
-};
 pub use nodeport::{NodePortAddresses, NodePortAddressesError, loopback_net, parse_nodeport_addresses};
 pub use ports::ServicePorts;
 pub use problem::{ObjectKind, ObjectRef, Problem};
@@ -42,4 +37,8 @@ pub use types::{
     DEFAULT_MAX_ELEMENTS_PER_SERVICE, DetectLocal, Endpoint, EndpointHints, EndpointSelection, EndpointTarget,
     NodeFacts, OutsideAccess, Picks, PodMatch, ProxyConfig, ServiceCounters, ServicePort, ServicePortName, Targets,
     TopologyHints,
+};
+pub use verdict_net::{
+    AddressError, Cidr, IpFamily, Protocol, check_ip, parse_ip_checked, parse_ip_tolerant, refused_endpoint_address,
+    special_address,
 };

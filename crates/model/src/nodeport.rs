@@ -10,8 +10,8 @@
 //! the `nodeport-ips` set). Loopback is never in that list: localhost NodePorts are their own
 //! rules ([`crate::ProxyConfig::localhost_nodeports`]).
 
-use crate::net::{Cidr, IpFamily};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use verdict_net::{Cidr, IpFamily};
 
 /// Which node addresses accept NodePort traffic: the union of what the list names.
 #[derive(Clone, Debug, PartialEq, Eq)]

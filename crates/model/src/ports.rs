@@ -155,7 +155,7 @@ impl FromIterator<ServicePort> for ServicePorts {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::net::Protocol;
+    use verdict_net::Protocol;
 
     /// A ClusterIP port of Service `ns/name` without endpoints.
     pub(crate) fn port(name: &str, number: u16) -> Arc<ServicePort> {

@@ -4,10 +4,10 @@
 //! It sits above `types` (one port, one endpoint, the configuration), `ports` (the ports in
 //! name order) and `nodeport` (which addresses take NodePorts), which import nothing back.
 
-use crate::net::{Cidr, IpFamily};
 use crate::ports::ServicePorts;
 use crate::types::{DetectLocal, NodeFacts, PodMatch, ProxyConfig};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use verdict_net::{Cidr, IpFamily};
 
 /// Everything the nftables side needs to program one node.
 #[derive(Clone, Debug, Default, PartialEq)]

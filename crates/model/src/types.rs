@@ -1,10 +1,10 @@
 //! The model itself: what every Service port answers on, and where its traffic may go.
 
-use crate::net::{Cidr, IpFamily, Protocol};
 use crate::nodeport::NodePortAddresses;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
+use verdict_net::{Cidr, IpFamily, Protocol};
 
 /// How traffic from pods is recognised.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! whose size follows the change, not the table.
 //!
 //! Two callers produce a [`ChangeSet`]: [`diff`] compares two whole rulesets (at start, after a
-//! failure, periodically), and `crate::desired::DesiredTable` records what it touched since the
+//! failure, periodically), and verdict-layout's `DesiredTable` records what it touched since the
 //! last commit. [`emit`] orders the operations the kernel's way for both.
 
 use crate::ruleset::{Blob, Chain, Elem, ElementMap, Flowtable, Ruleset, Set, SetDecl};
@@ -21,11 +21,11 @@ pub struct Plan {
 }
 
 /// One element's key, before and after.
-pub(crate) type ElementChange = (Blob, Option<Elem>, Option<Elem>);
+pub type ElementChange = (Blob, Option<Elem>, Option<Elem>);
 
 /// What differs, object by object: before (kernel) and after (desired) of each.
 #[derive(Default, Debug)]
-pub(crate) struct ChangeSet {
+pub struct ChangeSet {
     /// Chains whose rules or hook differ.
     pub chains: Vec<(String, Option<Chain>, Option<Chain>)>,
     /// Sets created, removed or recreated (declaration or capacity changed).
@@ -137,7 +137,7 @@ fn element_changes(old: &ElementMap, new: &ElementMap) -> Vec<(Blob, Option<Elem
 
 /// Orders the operations of a change set. `desired` supplies the rules of chains to (re)write
 /// and the elements of sets to (re)create; `table_exists` is false when the table itself is new.
-pub(crate) fn emit(changes: ChangeSet, desired: &Ruleset, table_exists: bool) -> Transaction {
+pub fn emit(changes: ChangeSet, desired: &Ruleset, table_exists: bool) -> Transaction {
     let mut tx = Transaction::new(&desired.table.name);
     if !table_exists {
         tx.ops.push(Op::AddTable(desired.table.clone()));
@@ -296,7 +296,7 @@ fn groups(elements: &ElementMap, prefix: usize) -> impl Iterator<Item = (Blob, V
 /// One Service address's endpoints in slots: those already in the kernel stay in their slot,
 /// newcomers take the slots that were freed. Only when the slot keys are the same on both
 /// sides (same number of endpoints); otherwise `wanted` is returned as it is.
-pub(crate) fn stable_slots(current: &[(Blob, Elem)], wanted: Vec<(Blob, Elem)>) -> Vec<(Blob, Elem)> {
+pub fn stable_slots(current: &[(Blob, Elem)], wanted: Vec<(Blob, Elem)>) -> Vec<(Blob, Elem)> {
     if current.len() != wanted.len() || !current.iter().map(|m| m.0).eq(wanted.iter().map(|m| m.0)) {
         return wanted;
     }

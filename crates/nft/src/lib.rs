@@ -1,16 +1,17 @@
-//! verdict's nftables side: the model rendered as one `inet` table, diffed against what the
-//! kernel holds, and programmed over netlink in one atomic transaction.
+//! An nftables library: a table as a [`Ruleset`] of chains, rules, sets and flowtables, diffed
+//! against what the kernel holds and programmed over netlink in one atomic transaction.
 //!
 //! ```text
-//! ProxyModel ─render─> Ruleset ─diff(committed)─> Transaction ─netlink─> kernel
-//!                         ^                                                  │
-//!                         └──────────────────── observe ─────────────────────┘
+//! Ruleset ─diff(committed)─> Transaction ─netlink─> kernel
+//!    ^                                                │
+//!    └───────────────────── observe ──────────────────┘
 //! ```
 //!
-//! Everything but [`netlink`] (and [`observe`], which uses it) is pure.
+//! It knows nftables, not Kubernetes: which table to write (Services, endpoints, nodes) is
+//! verdict-layout's business. Everything but [`netlink`] (and [`observe`], which uses it) is
+//! pure.
 
-pub(crate) mod desired;
-pub(crate) mod diff;
+pub mod diff;
 pub(crate) mod elements;
 pub mod explain;
 pub mod kernel;
@@ -21,7 +22,6 @@ pub mod netlink;
 pub mod observe;
 pub(crate) mod primitives;
 pub(crate) mod raise;
-pub mod render;
 pub mod rule;
 pub mod ruleset;
 pub mod snapshot;
@@ -31,17 +31,15 @@ pub mod text;
 pub mod trace;
 pub mod transaction;
 
-pub use desired::DesiredTable;
 pub use diff::{Plan, diff};
 pub use kernel::Kernel;
-pub use render::{RenderOptions, render};
 pub use ruleset::Ruleset;
 pub use staging::{Staged, Staging};
 pub use transaction::Transaction;
 
-/// A `HashMap` for the maps the renderer and the desired table consult once per element (a
-/// million times in a cold sync at 100k Services): keys are our own set names and element
-/// bytes, never chosen by an attacker, so SipHash's flooding resistance buys nothing there and
-/// cost a tenth of a render. foldhash, with a fixed seed so that a render does not depend on
-/// the process; it replaced a hand-written FxHash at equal speed (docs/benchmarks.md).
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
+/// A rule as the kernel hands it back: lowered to kernel expressions and raised again (`None`:
+/// not a shape this library reads back). Every rule the [`rule`] vocabulary builds survives the
+/// trip unchanged; users that build rules check theirs with it.
+pub fn round_trip(rule: &rule::Rule) -> Option<rule::Rule> {
+    raise::raise(&lower::lower(rule)).ok()
+}

@@ -7,7 +7,7 @@ use crate::kernel_expr::{AnonSet, ImmData, LowExpr, LowRule, SetRef};
 use crate::rule::{DnatTarget, Item, Match, Op, Reject, Rule, Selector, Stmt, Value};
 use crate::ruleset::{Verdict, padded};
 use std::net::IpAddr;
-use verdict_model::IpFamily;
+use verdict_net::IpFamily;
 
 /// Lowers one rule.
 pub fn lower(rule: &Rule) -> LowRule {

@@ -9,7 +9,7 @@ use crate::rule::{DnatTarget, Item, Match, Op, Reject, Rule, Selector, Stmt, Val
 use crate::ruleset::{Verdict, padded};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
-use verdict_model::{Cidr, IpFamily};
+use verdict_net::{Cidr, IpFamily};
 
 /// Why a kernel rule could not be read as one of verdict's rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

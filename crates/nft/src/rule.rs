@@ -7,7 +7,7 @@
 use crate::primitives::{Blob, Datatype, Verdict, padded};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
-use verdict_model::{Cidr, IpFamily};
+use verdict_net::{Cidr, IpFamily};
 
 /// A value a rule can load from a packet (nft's left-hand expressions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -140,7 +140,7 @@ pub(crate) const RTN_LOCAL: u32 = 2;
 
 /// Encodes a concatenation of values in the kernel's layout (each part padded to 4 bytes, a
 /// lone value unpadded).
-pub(crate) fn encode_concat(values: &[Value]) -> Blob {
+pub fn encode_concat(values: &[Value]) -> Blob {
     let mut buf = [0u8; Blob::MAX + 16];
     if let [single] = values {
         let n = single.encode_into(&mut buf);
@@ -426,7 +426,7 @@ pub mod build {
     pub fn l4proto_any() -> Item {
         Item::Match(Match::InAnonSet {
             left: Selector::L4Proto,
-            values: verdict_model::Protocol::ALL.iter().map(|p| Value::Proto(p.number())).collect(),
+            values: verdict_net::Protocol::ALL.iter().map(|p| Value::Proto(p.number())).collect(),
         })
     }
     /// A verdict statement.

@@ -106,7 +106,7 @@ mod tests {
         let spec = |until| crate::trace::chains::TraceSpec {
             dst: "172.30.0.1".parse().unwrap(),
             port: 80,
-            protocol: verdict_model::Protocol::Tcp,
+            protocol: verdict_net::Protocol::Tcp,
             src: None,
             until,
         };

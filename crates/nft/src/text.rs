@@ -16,7 +16,7 @@ use crate::ruleset::{
 use crate::transaction::{Op as TxOp, Transaction};
 use std::fmt::Write;
 use std::net::IpAddr;
-use verdict_model::IpFamily;
+use verdict_net::IpFamily;
 
 /// The table as `nft list table inet <name>` prints it.
 pub fn listing(rs: &Ruleset) -> String {
@@ -176,7 +176,7 @@ pub fn values(types: &[Datatype], bytes: &[u8]) -> String {
 pub fn value(v: &Value) -> String {
     match v {
         Value::Addr(a) => a.to_string(),
-        Value::Proto(p) => match verdict_model::Protocol::from_number(*p) {
+        Value::Proto(p) => match verdict_net::Protocol::from_number(*p) {
             Some(proto) => proto.lower().to_string(),
             None => p.to_string(),
         },
@@ -273,7 +273,7 @@ fn flag_names(sel: &Selector, flags: u32) -> String {
 }
 
 /// One rule as nft prints it.
-pub(crate) fn rule_text(rule: &Rule) -> String {
+pub fn rule_text(rule: &Rule) -> String {
     let mut parts: Vec<String> = rule.items.iter().map(item_text).collect();
     if let Some(c) = &rule.comment {
         parts.push(format!("comment {}", quote(c)));

@@ -5,11 +5,12 @@ use crate::config::RulesConfig;
 use crate::source;
 use anyhow::{Context, Result, bail};
 use std::net::{IpAddr, SocketAddr};
+use verdict_layout::render;
 use verdict_model::{Protocol, parse_ip_tolerant};
+use verdict_nft::Ruleset;
 use verdict_nft::explain::{Host, Packet, explain};
 use verdict_nft::netlink::Netlink;
 use verdict_nft::observe::observe;
-use verdict_nft::{Ruleset, render};
 
 /// Parses `IP:PORT[/PROTO]`.
 pub fn parse_destination(raw: &str) -> Result<(SocketAddr, Protocol)> {

@@ -4,7 +4,8 @@ use crate::cli::RenderArgs;
 use crate::config::RulesConfig;
 use crate::source;
 use anyhow::Result;
-use verdict_nft::{render, text};
+use verdict_layout::render;
+use verdict_nft::text;
 
 /// Prints the nft listing of the table `run` would program.
 pub fn run(args: &RenderArgs, cfg: &RulesConfig) -> Result<()> {

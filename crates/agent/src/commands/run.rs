@@ -329,7 +329,7 @@ where
 /// holds the fast path's flowtable already answers without the probe, whose commit would move
 /// the generation and so spoil the adoption of the saved state at a warm restart.
 fn fast_path_supported(nl: &mut Netlink, table: &str) -> bool {
-    let programmed = nl.flowtables(table).is_ok_and(|f| f.iter().any(|f| f.name == verdict_nft::render::FAST_PATH));
+    let programmed = nl.flowtables(table).is_ok_and(|f| f.iter().any(|f| f.name == verdict_layout::render::FAST_PATH));
     let supported = match if programmed { Ok(true) } else { nl.supports_flowtables() } {
         Ok(s) => s,
         Err(e) => {

@@ -191,8 +191,8 @@ impl RulesConfig {
     }
 
     /// How the table is rendered.
-    pub fn render_options(&self) -> verdict_nft::RenderOptions {
-        verdict_nft::RenderOptions { table: self.table.clone(), fast_path: self.fast_path.is_some() }
+    pub fn render_options(&self) -> verdict_layout::RenderOptions {
+        verdict_layout::RenderOptions { table: self.table.clone(), fast_path: self.fast_path.is_some() }
     }
 }
 

@@ -4,7 +4,7 @@
 //! kernel unhooks a device that goes away by itself, without a notice.
 
 use super::*;
-use verdict_nft::render::FAST_PATH;
+use verdict_layout::render::FAST_PATH;
 
 /// How soon a refused device change is tried again (a veth that vanished between the listing
 /// and the commit: the watcher's next listing usually arrives first).

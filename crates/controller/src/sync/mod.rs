@@ -2,7 +2,7 @@
 //!
 //! Changes are coalesced: a sync starts at least `min_sync_period` after the previous one
 //! ended. Nothing is programmed until every kind has been listed once. A partial sync re-renders
-//! only the Service ports that changed (see `verdict_nft::DesiredTable`); a full sync re-renders
+//! only the Service ports that changed (see `verdict_layout::DesiredTable`); a full sync re-renders
 //! everything and reconciles against a netlink dump of the kernel's table, which is what
 //! happens at start (adopting the table a previous run left, so a restart writes only the
 //! difference), after any failed transaction (retried with backoff up to `sync_period`), when
@@ -33,13 +33,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime};
+use verdict_layout::{DesiredTable, RenderOptions};
 use verdict_model::{ModelCache, ObjectKind, ObjectRef, Problem};
 use verdict_nft::Transaction;
 use verdict_nft::netlink::monitor::{MonitorGate, generation_after};
 use verdict_nft::netlink::{CommitStats, Netlink, NetlinkError};
 use verdict_nft::observe::Observed;
 use verdict_nft::snapshot::Snapshot;
-use verdict_nft::{DesiredTable, Kernel, RenderOptions, Staged};
+use verdict_nft::{Kernel, Staged};
 
 /// Timing and naming of the sync loop.
 #[derive(Clone, Debug)]

@@ -6,10 +6,11 @@ use super::*;
 use crate::event::queue;
 use std::collections::BTreeSet;
 use std::sync::mpsc::{SyncSender, channel};
+use verdict_layout::render;
 use verdict_model::source::{EndpointSlice, Service};
 use verdict_model::synth;
+use verdict_nft::Ruleset;
 use verdict_nft::kernel::{MemoryKernel, Refuse};
-use verdict_nft::{Ruleset, render};
 
 const TABLE: &str = "kube-proxy";
 
@@ -261,7 +262,7 @@ fn the_fast_paths_devices_follow_the_interfaces_in_transactions_of_their_own() {
     let (services, slices) = synth::cluster(30, 2, 1000);
     let r = Running::start_with(&kernel, SyncConfig { fast_path: true, ..quick() });
     let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
-    let held = || kernel.table(TABLE).and_then(|t| t.flowtables.get(verdict_nft::render::FAST_PATH).cloned());
+    let held = || kernel.table(TABLE).and_then(|t| t.flowtables.get(verdict_layout::render::FAST_PATH).cloned());
     // The watcher's first listing may come before the table exists: it is kept until then.
     r.send(Event::FastPathDevices(names(&["br0", "eth0"])));
     r.list(&services, &slices);

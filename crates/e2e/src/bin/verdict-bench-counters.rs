@@ -25,13 +25,14 @@ use verdict_e2e::endtoend::agent::{self, Memory};
 use verdict_e2e::endtoend::{NODE, Point, load};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::synth;
+use verdict_layout::counts::{ServiceCount, ServiceCounts};
+use verdict_layout::render::counted_keys::CountedKeys;
+use verdict_layout::render::counters::Outcome;
+use verdict_layout::{RenderOptions, render};
 use verdict_model::source::Endpoint;
 use verdict_model::{ServiceCounters, build_model};
+use verdict_nft::diff;
 use verdict_nft::netlink::Netlink;
-use verdict_nft::netlink::counters::ServiceCount;
-use verdict_nft::render::counted_keys::CountedKeys;
-use verdict_nft::render::counters::Outcome;
-use verdict_nft::{RenderOptions, diff, render};
 
 const PROBE_ENDPOINT: &str = "10.255.0.1";
 

@@ -13,9 +13,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use verdict_e2e::netns::Netns;
 use verdict_e2e::synth;
+use verdict_layout::{DesiredTable, RenderOptions, render};
 use verdict_model::ModelCache;
 use verdict_nft::netlink::Netlink;
-use verdict_nft::{DesiredTable, Plan, RenderOptions, diff, render, text};
+use verdict_nft::{Plan, diff, text};
 
 struct Args {
     sizes: Vec<usize>,

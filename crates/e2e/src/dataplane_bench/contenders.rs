@@ -102,7 +102,7 @@ pub fn setup(c: Contender, lab: &Lab, services: usize, endpoints: usize, budget:
             let model = lab.model(&svcs, &slices)?;
             // With the fast path, every link of node1 (its bridge, the pods' veths, the LAN
             // port) joins the flowtable, as `--flowtable-interfaces=br0,eth0,v*` would have it.
-            let opts = verdict_nft::RenderOptions { fast_path, ..Default::default() };
+            let opts = verdict_layout::RenderOptions { fast_path, ..Default::default() };
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 dataplane::program_with(node, &model, &opts, None)
             }))

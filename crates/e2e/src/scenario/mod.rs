@@ -206,7 +206,7 @@ impl Lab {
 
     /// Programs node1 (over netlink, as the agent does) and returns the table.
     pub fn program(&self, model: &ProxyModel) -> Ruleset {
-        let opts = verdict_nft::RenderOptions { fast_path: self.fast_path, ..Default::default() };
+        let opts = verdict_layout::RenderOptions { fast_path: self.fast_path, ..Default::default() };
         dataplane::program_with(&self.cluster.nodes[0].ns, model, &opts, None)
     }
 

@@ -8,7 +8,7 @@ use crate::rule::{
 use crate::ruleset::{ElemData, Ruleset, Verdict};
 use crate::text::{rule_text, value};
 use std::net::{IpAddr, SocketAddr};
-use verdict_model::IpFamily;
+use verdict_net::IpFamily;
 
 /// How deep jumps may nest before the interpreter gives up (the kernel's limit is 16).
 const MAX_DEPTH: usize = 16;

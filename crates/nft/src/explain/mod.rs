@@ -14,7 +14,7 @@ use crate::ruleset::{ChainKind, Hook, Ruleset};
 use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use verdict_model::Protocol;
+use verdict_net::Protocol;
 
 /// The first packet of a connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -299,6 +299,3 @@ fn base_chains(rs: &Ruleset, hook: Hook) -> Vec<&str> {
     chains.sort();
     chains.into_iter().map(|c| c.2).collect()
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,10 +1,12 @@
-//! Reading the per-Service connection counters (`--service-counters`) back from the kernel,
-//! summed per Service port and outcome. Done by the agent's reader thread, never per packet.
+//! Reading the counters of set elements back from the kernel, with the comment each element
+//! carries: what a table's user needs to sum its counters by what they count (verdict-layout
+//! sums the per-Service connection counters of `--service-counters` this way). Done by a
+//! reader thread, never per packet.
 //!
-//! Two ways, measured side by side in docs/benchmarks.md. [`Netlink::service_counts_of`]
+//! Two ways, measured side by side in docs/benchmarks.md. [`Netlink::element_counters_of`]
 //! asks for each element by its key (GETSETELEM without NLM_F_DUMP, many keys a request,
 //! many requests a send): every element costs the same (1.2 s at 100k counted ports), and
-//! each is read whole. [`Netlink::service_counts`] dumps the sets and needs no keys, but a set
+//! each is read whole. [`Netlink::element_counters`] dumps a set and needs no keys, but a set
 //! element dump walks the set again from its start for every 32 KiB reply (superlinear: 2.6 ms
 //! at 1k counted ports, 0.98 s at 100k), and a commit during it shifts it: it skips or
 //! repeats elements (measured: 4 to 12% of the ports missed at 100k under Service churn).
@@ -12,10 +14,8 @@
 use super::elements::{ElemRef, put_elements};
 use super::sys::{self, Hdr};
 use super::{Netlink, NetlinkError, udata};
-use crate::render::counters::{CountedKey, CountingSet, Outcome, sets};
 use crate::ruleset::Blob;
-use std::collections::{BTreeMap, VecDeque};
-use verdict_model::IpFamily;
+use std::collections::VecDeque;
 use verdict_netlink::Messages;
 use verdict_netlink::consts::{NFT_MSG_GETSET, NFT_MSG_GETSETELEM};
 
@@ -28,35 +28,21 @@ const PER_REQUEST: usize = 128;
 const ROUND_RECV_BUFFER: usize = 16 << 20;
 const ENOENT: i32 = libc::ENOENT;
 
-/// New connections of one Service port with one outcome, summed over its addresses and
-/// families.
+/// The counter of one set element that carries a comment.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServiceCount {
-    /// The element comment: `namespace/name:port` (`namespace/name` for an unnamed port).
-    pub port: String,
-    /// What happened to the connections.
-    pub outcome: Outcome,
-    /// How many.
-    pub connections: u64,
+pub struct ElementCounter {
+    /// The element's comment.
+    pub comment: String,
+    /// The packets its counter counted.
+    pub packets: u64,
 }
 
-/// Counts summed per Service port (the element comment) and outcome.
-#[derive(Default)]
-struct Sums(BTreeMap<(String, Outcome), u64>);
-
-impl Sums {
-    fn add(&mut self, outcome: Outcome, elems: Vec<sys::ElemWire>) {
-        for e in elems {
-            // Elements without a comment or a counter are not ours to report.
-            let (Some(port), Some(packets)) = (e.udata.as_deref().and_then(udata::parse_comment), e.packets) else {
-                continue;
-            };
-            *self.0.entry((port, outcome)).or_default() += packets;
+/// The elements with both a comment and a counter: the others are not ones a caller counts.
+fn counted(elems: Vec<sys::ElemWire>, out: &mut Vec<ElementCounter>) {
+    for e in elems {
+        if let (Some(comment), Some(packets)) = (e.udata.as_deref().and_then(udata::parse_comment), e.packets) {
+            out.push(ElementCounter { comment, packets });
         }
-    }
-
-    fn into_counts(self) -> Vec<ServiceCount> {
-        self.0.into_iter().map(|((port, outcome), connections)| ServiceCount { port, outcome, connections }).collect()
     }
 }
 
@@ -69,15 +55,15 @@ struct Run {
 }
 
 impl Netlink {
-    /// The counters of the counting-set elements `keys` in table `table` (see
-    /// [`crate::render::counters::CountedKeys`]), sorted by port and outcome. An element the
-    /// table does not hold (its port went away since `keys` were taken, or counting is off)
-    /// is left out.
-    pub fn service_counts_of<'k>(
+    /// The counters of the elements `keys` of each set `(name, keys)` of table `table`: one
+    /// list per set, in the order of `sets`, of the elements that carry a comment and a
+    /// counter. An element the set does not hold (it went away since the keys were taken) is
+    /// left out, and so is every element of a set the table lacks (or of a table that is gone).
+    pub fn element_counters_of(
         &mut self,
         table: &str,
-        keys: impl IntoIterator<Item = &'k CountedKey>,
-    ) -> Result<Vec<ServiceCount>, NetlinkError> {
+        sets: &[(String, Vec<Blob>)],
+    ) -> Result<Vec<Vec<ElementCounter>>, NetlinkError> {
         // A request for a set the table lacks fails at its first element; only the table's
         // own sets are asked (and none when the table is gone).
         let mut present = Vec::new();
@@ -86,21 +72,17 @@ impl Netlink {
                 present.push(set.name);
             }
         }
-        let mut by_set: BTreeMap<CountingSet, Vec<Blob>> = BTreeMap::new();
-        for k in keys {
-            by_set.entry(k.set).or_default().push(k.key);
-        }
-        by_set.retain(|set, _| present.contains(&set.name()));
-        let sets: Vec<(CountingSet, String, Vec<Blob>)> =
-            by_set.into_iter().map(|(set, keys)| (set, set.name(), keys)).collect();
+        let mut counters: Vec<Vec<ElementCounter>> = vec![Vec::new(); sets.len()];
         let mut todo: VecDeque<Run> = VecDeque::new();
-        for (i, (_, _, keys)) in sets.iter().enumerate() {
+        for (i, (name, keys)) in sets.iter().enumerate() {
+            if !present.contains(name) {
+                continue;
+            }
             for start in (0..keys.len()).step_by(PER_REQUEST) {
                 todo.push_back(Run { set: i, start, end: (start + PER_REQUEST).min(keys.len()) });
             }
         }
         self.sock.size_buffers(ROUND * 64 + 64 * 1024, ROUND_RECV_BUFFER).map_err(NetlinkError::Io)?;
-        let mut sums = Sums::default();
         let mut buf = Vec::new();
         let mut round: Vec<(Run, usize, bool)> = Vec::new();
         while !todo.is_empty() {
@@ -117,7 +99,7 @@ impl Netlink {
                 todo.front().copied().filter(|r| elements == 0 || elements + (r.end - r.start) <= ROUND)
             {
                 todo.pop_front();
-                let (_, name, keys) = &sets[run.set];
+                let (name, keys) = &sets[run.set];
                 let seq = self.next_seq(1);
                 let h = Hdr { msg_type: NFT_MSG_GETSETELEM, flags: 0, seq };
                 let elems: Vec<ElemRef<'_>> = keys[run.start..run.end]
@@ -148,9 +130,9 @@ impl Netlink {
                         None => {
                             let mut elems = Vec::with_capacity(1);
                             if !sys::parse_elems(&mut self.scratch, msg.bytes, &mut elems) {
-                                return Err(NetlinkError::Protocol("unparsable counting-set element".into()));
+                                return Err(NetlinkError::Protocol("unparsable set element".into()));
                             }
-                            sums.add(sets[run.set].0.outcome, elems);
+                            counted(elems, &mut counters[run.set]);
                             *answered += 1;
                             *done = *answered == run.end - run.start;
                         }
@@ -171,27 +153,22 @@ impl Netlink {
                 }
             }
         }
-        Ok(sums.into_counts())
+        Ok(counters)
     }
 
-    /// The counters of every counted Service port in table `table`, by dumping the counting
-    /// sets (no keys needed, but quadratic: see the module's comment), sorted by port and
-    /// outcome. Empty when the table has no counting sets (counters off).
-    pub fn service_counts(&mut self, table: &str) -> Result<Vec<ServiceCount>, NetlinkError> {
-        let mut sums = Sums::default();
-        for family in [IpFamily::V4, IpFamily::V6] {
-            for (outcome, _, set) in sets(family) {
-                let mut elems = Vec::new();
-                // A missing set (counters off, or a single-stack kernel) answers ENOENT: no
-                // replies.
-                for msg in self.request(NFT_MSG_GETSETELEM, table, Some(&set))? {
-                    if !sys::parse_elems(&mut self.scratch, &msg, &mut elems) {
-                        return Err(NetlinkError::Protocol(format!("unparsable elements of set {set}")));
-                    }
-                }
-                sums.add(outcome, elems);
+    /// The counters of every element of set `set` of table `table` that carries a comment and a
+    /// counter, by dumping the set (no keys needed, but superlinear: see the module's comment).
+    /// Empty when the table has no such set.
+    pub fn element_counters(&mut self, table: &str, set: &str) -> Result<Vec<ElementCounter>, NetlinkError> {
+        let mut elems = Vec::new();
+        // A missing set (counters off, or a single-stack kernel) answers ENOENT: no replies.
+        for msg in self.request(NFT_MSG_GETSETELEM, table, Some(set))? {
+            if !sys::parse_elems(&mut self.scratch, &msg, &mut elems) {
+                return Err(NetlinkError::Protocol(format!("unparsable elements of set {set}")));
             }
         }
-        Ok(sums.into_counts())
+        let mut counters = Vec::new();
+        counted(elems, &mut counters);
+        Ok(counters)
     }
 }

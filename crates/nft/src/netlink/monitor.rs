@@ -249,7 +249,7 @@ mod tests {
     use crate::ruleset::{BaseChain, ChainKind, Hook, Verdict};
     use crate::trace::chains::{TraceSpec, trace_chains};
     use crate::transaction::{Op, Transaction};
-    use verdict_model::Protocol;
+    use verdict_net::Protocol;
     use verdict_netlink::NLMSG_HDRLEN;
 
     /// The generation every test notice carries.

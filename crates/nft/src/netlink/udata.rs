@@ -4,7 +4,7 @@
 
 use crate::rule::Selector;
 use crate::ruleset::{DataSpec, Datatype, KeySpec, SetDecl};
-use verdict_model::IpFamily;
+use verdict_net::IpFamily;
 
 const UDATA_COMMENT: u8 = 0; // table, rule and element comments
 const SET_KEYBYTEORDER: u8 = 0;

@@ -22,7 +22,7 @@ use crate::ruleset::{BaseChain, Chain, ChainKind, Hook, Ruleset};
 use crate::transaction::{Op, Transaction};
 use std::net::IpAddr;
 use std::time::Duration;
-use verdict_model::{Cidr, IpFamily, Protocol};
+use verdict_net::{Cidr, IpFamily, Protocol};
 
 /// Every trace chain's name starts with this.
 pub const PREFIX: &str = "trace-";

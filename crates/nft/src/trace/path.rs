@@ -7,7 +7,7 @@ use super::chains::is_trace_chain;
 use super::event::{EventKind, TraceEvent, Tuple, proto_name, sockaddr};
 use crate::observe::Observed;
 use crate::rule::{DnatTarget, Item, Selector, Stmt, Value};
-use crate::ruleset::{ElemData, padded};
+use crate::ruleset::{Chain, ElemData, Hook, padded};
 use crate::text::rule_text;
 use std::fmt::Write;
 use std::time::{Duration, Instant};
@@ -201,7 +201,7 @@ pub fn describe(conn: &Connection, table: &str, live: &Observed) -> String {
         }
         None => {}
     }
-    let forwarded = conn.events.iter().any(|e| ours(e) && e.chain == crate::render::names::FILTER_FORWARD);
+    let forwarded = conn.events.iter().any(|e| ours(e) && forward_chains(live).any(|c| c.name == e.chain));
     if dnat.is_some() && end.is_none() && forwarded {
         let proto = conn.tuple.map(|t| t.proto);
         if let Some(note) = offload_note(live, proto) {
@@ -217,8 +217,7 @@ pub fn describe(conn: &Connection, table: &str, live: &Observed) -> String {
 /// What the fast path does with the connection's later packets, when the table has it: the
 /// trace sees only the first packet, which is never offloaded.
 fn offload_note(live: &Observed, proto: Option<u8>) -> Option<String> {
-    let forward = live.ruleset.chains.get(crate::render::names::FILTER_FORWARD)?;
-    let flowtable = forward.rules.iter().flat_map(|r| r.flowtable_refs()).next()?;
+    let flowtable = forward_chains(live).flat_map(|c| &c.rules).flat_map(|r| r.flowtable_refs()).next()?;
     if !matches!(proto, Some(6 | 17)) {
         return None;
     }
@@ -228,6 +227,12 @@ fn offload_note(live: &Observed, proto: Option<u8>) -> Option<String> {
         "once established: offloaded to flowtable @{flowtable} (fast path; devices: {}): its later packets skip the netfilter hooks and are not traced",
         if devices.is_empty() { "none yet".to_string() } else { devices.join(", ") }
     ))
+}
+
+/// The table's base chains on the forward hook, where a flow offload rule can be: found by
+/// their hook, as `explain` does, not by the name one table layout gives them.
+fn forward_chains(live: &Observed) -> impl Iterator<Item = &Chain> {
+    live.ruleset.chains.values().filter(|c| c.base.as_ref().is_some_and(|b| b.hook == Hook::Forward))
 }
 
 fn family_name(family: u8) -> &'static str {
@@ -370,7 +375,7 @@ mod tests {
     use crate::trace::event::TraceVerdict;
     use std::collections::HashMap;
     use std::sync::Arc;
-    use verdict_model::IpFamily;
+    use verdict_net::IpFamily;
 
     /// A table with the shapes a ClusterIP's path passes: the dispatch vmap and an endpoint
     /// map with two slots.

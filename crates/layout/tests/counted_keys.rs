@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use verdict_layout::render::counted_keys::CountedKeys;
+use verdict_layout::render::counters::CountingSet;
+use verdict_layout::{RenderOptions, render};
 use verdict_model::source::{
     Endpoint, EndpointPort, EndpointSlice, LoadBalancerIngress, Node, Service, ServicePortSpec,
 };
 use verdict_model::{Cidr, ProxyConfig, ProxyModel, ServiceCounters, build_model};
-use verdict_nft::render::counted_keys::CountedKeys;
-use verdict_nft::render::counters::CountingSet;
-use verdict_nft::{RenderOptions, render};
 
 const LABEL: &str = "verdict.dev/count";
 

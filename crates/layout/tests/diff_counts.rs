@@ -1,9 +1,10 @@
 //! A sync writes what changed and nothing else: the number of kernel objects a change touches
 //! does not depend on how many other Services exist (upstream kube-proxy checks the same).
 
+use verdict_layout::{RenderOptions, render};
 use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
 use verdict_model::{Cidr, ProxyConfig, build_model};
-use verdict_nft::{RenderOptions, Ruleset, diff, render};
+use verdict_nft::{Ruleset, diff};
 
 fn service(i: usize) -> Service {
     Service {

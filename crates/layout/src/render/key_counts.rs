@@ -7,7 +7,7 @@
 //! shrinks the render's transient peak.
 
 use crate::FastMap;
-use crate::ruleset::Blob;
+use verdict_nft::ruleset::Blob;
 
 /// Counts by key; see the module documentation.
 #[derive(Debug, Default)]

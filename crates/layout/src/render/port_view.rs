@@ -8,11 +8,11 @@ use super::matches::nodeport_destinations;
 use super::names::{
     NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES, REJECT_CHAIN, SERVICE_IPS, SERVICE_NODEPORTS, family_name,
 };
-use crate::rule::{Rule, Value, encode_concat};
-use crate::ruleset::{Elem, Verdict};
 use std::net::IpAddr;
 use std::sync::Arc;
 use verdict_model::{EndpointTarget, IpFamily, ProxyModel, ServicePort, Targets};
+use verdict_nft::rule::{Rule, Value, encode_concat};
+use verdict_nft::ruleset::{Elem, Verdict};
 
 /// One Service port seen from one address family.
 pub(crate) struct PortView<'a> {

@@ -11,9 +11,9 @@
 //! externalIP de-duplication alone).
 
 use std::time::Instant;
+use verdict_layout::{RenderOptions, render};
 use verdict_model::source::{Service, ServicePortSpec};
 use verdict_model::{ProxyConfig, build_model};
-use verdict_nft::{RenderOptions, render};
 
 fn big_service(ports: i32) -> Service {
     Service {

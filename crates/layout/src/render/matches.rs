@@ -2,10 +2,10 @@
 //! addressed to a NodePort address, which is (not) to loopback.
 
 use super::names::{NODEPORT_IPS, family_name};
-use crate::rule::build::{in_net, in_set, is, is_not};
-use crate::rule::{Item, Match, Op, Selector, Value};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use verdict_model::{Cidr, IpFamily, PodMatch, ProxyModel, loopback_net};
+use verdict_nft::rule::build::{in_net, in_set, is, is_not};
+use verdict_nft::rule::{Item, Match, Op, Selector, Value};
 
 /// The match that tells pod traffic apart (`!=`: not from a pod).
 pub(super) fn pod_item(pod: &PodMatch, family: IpFamily, op: Op) -> Item {

@@ -14,11 +14,11 @@ use super::Sink;
 use super::matches::pod_item;
 use super::names::{endpoint_base, family_name, service_chain};
 use super::port_view::PortView;
-use crate::rule::build::{goto, in_set, is, stmt};
-use crate::rule::{DnatTarget, Op, Rule, Selector, Stmt, Value};
-use crate::ruleset::{Chain, Datatype, KeySpec, SetDecl, Verdict};
 use std::sync::Arc;
 use verdict_model::{EndpointTarget, IpFamily};
+use verdict_nft::rule::build::{goto, in_set, is, stmt};
+use verdict_nft::rule::{DnatTarget, Op, Rule, Selector, Stmt, Value};
+use verdict_nft::ruleset::{Chain, Datatype, KeySpec, SetDecl, Verdict};
 
 /// The capacity of an affinity set: how many clients it remembers per endpoint.
 pub const AFFINITY_CAPACITY: u32 = 65535;

@@ -23,13 +23,13 @@ mod scaffold;
 pub(crate) mod service;
 
 use crate::FastMap;
-use crate::elements::ElementMap;
-use crate::rule::build::{l4proto_any, stmt};
-use crate::rule::{DnatTarget, Rule, Selector, Stmt};
-use crate::ruleset::{Blob, Chain, DataSpec, Elem, KeySpec, Ruleset, Set, SetDecl, Table};
 use key_counts::KeyCounts;
 use std::sync::Arc;
 use verdict_model::{IpFamily, ProxyModel, ServicePort};
+use verdict_nft::rule::build::{l4proto_any, stmt};
+use verdict_nft::rule::{DnatTarget, Rule, Selector, Stmt};
+use verdict_nft::ruleset::ElementMap;
+use verdict_nft::ruleset::{Blob, Chain, DataSpec, Elem, KeySpec, Ruleset, Set, SetDecl, Table};
 
 /// Options that do not come from the model.
 #[derive(Clone, Debug)]
@@ -43,7 +43,7 @@ pub struct RenderOptions {
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        RenderOptions { table: crate::ruleset::DEFAULT_TABLE.to_string(), fast_path: false }
+        RenderOptions { table: verdict_nft::ruleset::DEFAULT_TABLE.to_string(), fast_path: false }
     }
 }
 

@@ -10,12 +10,12 @@ use super::counters::{self, Keyed, Outcome};
 use super::names::{CLUSTER_IPS, FIREWALL_IPS, HAIRPIN_ENDPOINTS, family_name, service_chain};
 use super::port_view::PortView;
 use super::{Class, ClassKind, Sink, own};
-use crate::rule::build::{in_net, is, verdict};
-use crate::rule::{Op, Rule, Selector, Value, encode_concat};
-use crate::ruleset::{Chain, Elem, Verdict};
 use std::net::IpAddr;
 use std::sync::Arc;
 use verdict_model::{Cidr, EndpointTarget, IpFamily, ProxyModel, ServicePort};
+use verdict_nft::rule::build::{in_net, is, verdict};
+use verdict_nft::rule::{Op, Rule, Selector, Value, encode_concat};
+use verdict_nft::ruleset::{Chain, Elem, Verdict};
 
 /// Sets whose elements several Service ports may add (a ClusterIP shared by a Service's
 /// ports, a pod backing several Services): the incremental table counts their references.

@@ -1,4 +1,5 @@
-//! Address families, protocols and CIDRs, parsed the tolerant way Kubernetes needs.
+//! Address families, protocols and CIDRs, parsed the tolerant way Kubernetes needs: the network
+//! primitives both verdict's model and its nftables library speak, in a leaf crate of their own.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -1,9 +1,10 @@
 //! `loadBalancerSourceRanges` that cannot be applied fail closed (issue 23): the load balancer
 //! IP still goes through the Service's firewall chain, which allows no source and drops.
 
+use verdict_layout::{RenderOptions, render};
 use verdict_model::source::{LoadBalancerIngress, Service, ServicePortSpec};
 use verdict_model::{ProxyConfig, build_model};
-use verdict_nft::{RenderOptions, render, text};
+use verdict_nft::text;
 
 fn listing(ranges: &[&str]) -> String {
     let svc = Service {

@@ -84,16 +84,16 @@ fn the_fast_path_adds_a_bare_flowtable_and_one_rule_that_reads_back_unchanged() 
     let plain = render(&m, &RenderOptions::default());
     assert!(plain.flowtables.is_empty());
     let rs = render(&m, &RenderOptions { fast_path: true, ..RenderOptions::default() });
-    let listing = crate::text::listing(&rs);
+    let listing = verdict_nft::text::listing(&rs);
     assert!(listing.contains("\tflowtable fastpath {\n\t\thook ingress priority filter\n\t}\n"), "{listing}");
     let forward = &rs.chains[names::FILTER_FORWARD];
     let offload = forward.rules.last().expect("the offload rule");
     assert_eq!(
-        crate::text::rule_text(offload),
+        verdict_nft::text::rule_text(offload),
         "ct state established ct status dnat meta l4proto { tcp, udp } flow add @fastpath comment \"offload established Service connections\""
     );
     assert_eq!(forward.rules.len(), plain.chains[names::FILTER_FORWARD].rules.len() + 1, "one rule more, last");
-    assert_eq!(crate::raise::raise(&crate::lower::lower(offload)).unwrap(), *offload);
+    assert_eq!(verdict_nft::round_trip(offload).unwrap(), *offload);
     // Everything else is the same table.
     let mut without = rs.clone();
     without.flowtables.clear();
@@ -106,7 +106,7 @@ fn a_flowtable_is_created_bare_keeps_the_kernels_devices_and_goes_with_its_rule(
     let m = model(5);
     let fast = render(&m, &RenderOptions { fast_path: true, ..RenderOptions::default() });
     let plain = render(&m, &RenderOptions::default());
-    let on = crate::diff(Some(&plain), &fast);
+    let on = verdict_nft::diff(Some(&plain), &fast);
     let ops: Vec<String> = on.transaction.ops.iter().map(|o| o.describe()).collect();
     let add = ops.iter().position(|o| o == "add flowtable fastpath").expect("created");
     let rule = ops.iter().position(|o| o.contains("flow add @fastpath")).expect("the rule");
@@ -114,11 +114,11 @@ fn a_flowtable_is_created_bare_keeps_the_kernels_devices_and_goes_with_its_rule(
 
     let mut kernel = fast.clone();
     kernel.flowtables.get_mut("fastpath").unwrap().devices = ["eth0".to_string()].into_iter().collect();
-    let again = crate::diff(Some(&kernel), &fast);
+    let again = verdict_nft::diff(Some(&kernel), &fast);
     assert!(again.transaction.is_empty(), "devices are not the diff's: {}", again.transaction);
     assert_eq!(again.result.flowtables["fastpath"].devices.len(), 1, "the result keeps what the kernel holds");
 
-    let off = crate::diff(Some(&kernel), &plain);
+    let off = verdict_nft::diff(Some(&kernel), &plain);
     let ops: Vec<String> = off.transaction.ops.iter().map(|o| o.describe()).collect();
     let flush = ops.iter().position(|o| o == "flush chain filter-forward").expect("the rule goes");
     let delete = ops.iter().position(|o| o == "delete flowtable fastpath").expect("deleted");
@@ -152,9 +152,9 @@ fn kept_behaviours_add_their_rules_which_read_back_unchanged() {
     let plain = render(&plain_model, &RenderOptions::default());
     let rs = render(&kept(&plain_model), &RenderOptions::default());
     for (chain, rule) in KEPT_RULES {
-        let texts: Vec<String> = rs.chains[chain].rules.iter().map(crate::text::rule_text).collect();
+        let texts: Vec<String> = rs.chains[chain].rules.iter().map(verdict_nft::text::rule_text).collect();
         assert!(texts.iter().any(|t| t == rule), "{chain} lacks {rule}: {texts:?}");
-        let plain_texts: Vec<String> = plain.chains[chain].rules.iter().map(crate::text::rule_text).collect();
+        let plain_texts: Vec<String> = plain.chains[chain].rules.iter().map(verdict_nft::text::rule_text).collect();
         assert!(!plain_texts.iter().any(|t| t == rule), "{chain} has {rule} without the options");
     }
     // Before anything else: the guard before the firewall, the INVALID drop before the checks.
@@ -164,16 +164,11 @@ fn kept_behaviours_add_their_rules_which_read_back_unchanged() {
     }
     for chain in rs.chains.values() {
         for rule in &chain.rules {
-            assert_eq!(
-                crate::raise::raise(&crate::lower::lower(rule)).unwrap(),
-                *rule,
-                "{}",
-                crate::text::rule_text(rule)
-            );
+            assert_eq!(verdict_nft::round_trip(rule).unwrap(), *rule, "{}", verdict_nft::text::rule_text(rule));
         }
     }
     // Switching them on is a handful of rules, not a rewrite.
-    let plan = crate::diff(Some(&plain), &rs);
+    let plan = verdict_nft::diff(Some(&plain), &rs);
     let ops: Vec<String> = plan.transaction.ops.iter().map(|o| o.describe()).collect();
     assert!(ops.iter().all(|o| !o.contains("element")), "no element changes: {ops:?}");
 }
@@ -183,16 +178,16 @@ fn localhost_nodeports_are_ipv4_only_and_counted_like_other_nodeports() {
     let mut m = kept(&model(50));
     m.config.service_counters = verdict_model::ServiceCounters::All;
     let rs = render(&m, &RenderOptions::default());
-    let listing = crate::text::listing(&rs);
+    let listing = verdict_nft::text::listing(&rs);
     assert!(!listing.contains("daddr ::1"), "nothing for IPv6 loopback:\n{listing}");
-    let reject: Vec<String> = rs.chains[names::REJECT_CHAIN].rules.iter().map(crate::text::rule_text).collect();
+    let reject: Vec<String> = rs.chains[names::REJECT_CHAIN].rules.iter().map(verdict_nft::text::rule_text).collect();
     assert!(
         reject.iter().any(|r| r == "ip daddr 127.0.0.0/8 meta l4proto . th dport @rejected-nodeports"),
         "a localhost NodePort without endpoints is counted as rejected: {reject:?}"
     );
     // Only the node's own connections are DNATed to 127.0.0.0/8: prerouting's dispatch keeps
     // its loopback exclusion.
-    let services: Vec<String> = rs.chains[names::SERVICES].rules.iter().map(crate::text::rule_text).collect();
+    let services: Vec<String> = rs.chains[names::SERVICES].rules.iter().map(verdict_nft::text::rule_text).collect();
     assert!(services.iter().all(|r| !r.contains("ip daddr 127.0.0.0/8 ")), "{services:?}");
 }
 
@@ -204,7 +199,7 @@ fn the_loopback_guard_comes_alone_where_route_localnet_was_left_on() {
     let rs = render(&guarded, &RenderOptions::default());
     let plain = render(&plain_model, &RenderOptions::default());
     let texts = |rs: &Ruleset, chain: &str| -> Vec<String> {
-        rs.chains[chain].rules.iter().map(crate::text::rule_text).collect()
+        rs.chains[chain].rules.iter().map(verdict_nft::text::rule_text).collect()
     };
     let (guard_chain, guard) = KEPT_RULES[0];
     assert_eq!(texts(&rs, guard_chain)[0], guard, "the guard first");

@@ -7,10 +7,10 @@ use super::matches::{
 };
 use super::names::*;
 use super::{addr_key, addr_vmap, port_vmap};
-use crate::rule::build::*;
-use crate::rule::{Item, Match, Op, Reject, Rule, Selector, Stmt, Value, encode_concat};
-use crate::ruleset::{Chain, ChainKind, Datatype, Elem, Flowtable, Hook, KeySpec, Ruleset, Set, SetDecl};
 use verdict_model::{IpFamily, ProxyModel};
+use verdict_nft::rule::build::*;
+use verdict_nft::rule::{Item, Match, Op, Reject, Rule, Selector, Stmt, Value, encode_concat};
+use verdict_nft::ruleset::{Chain, ChainKind, Datatype, Elem, Flowtable, Hook, KeySpec, Ruleset, Set, SetDecl};
 
 /// Priorities of the hook contract (docs/design.md): the source-range firewall before DNAT,
 /// DNAT at dstnat, no-endpoint checks at filter, masquerade at srcnat.
@@ -79,7 +79,7 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
         // route_localnet (which localhost NodePorts need) lets the kernel route packets to
         // 127.0.0.0/8 that arrive from the network: before anything else, only the node's own
         // (which come back in over loopback) may reach a NodePort or a local socket there.
-        let guard = Rule::new(vec![not_from_loopback(), to_localhost(), verdict(crate::ruleset::Verdict::Drop)]);
+        let guard = Rule::new(vec![not_from_loopback(), to_localhost(), verdict(verdict_nft::ruleset::Verdict::Drop)]);
         prerouting.push(guard.comment("127.0.0.0/8 only from the node itself (CVE-2020-8558)"));
     }
     prerouting.push(new_jump(FIREWALL_CHECK));
@@ -117,7 +117,7 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     chain(rs, Chain::base(FILTER_INPUT, ChainKind::Filter, Hook::Input, FILTER, input));
     let mut forward = Vec::new();
     if model.config.drop_ct_invalid {
-        let rule = Rule::new(vec![ct_state_invalid(), verdict(crate::ruleset::Verdict::Drop)]);
+        let rule = Rule::new(vec![ct_state_invalid(), verdict(verdict_nft::ruleset::Verdict::Drop)]);
         forward.push(rule.comment("conntrack INVALID (iptables mode's KUBE-FORWARD)"));
     }
     forward.extend([new_jump(SERVICE_ENDPOINTS_CHECK), new_jump(CLUSTER_IPS_CHECK)]);
@@ -197,7 +197,7 @@ pub(super) fn render(model: &ProxyModel, families: &[IpFamily], rs: &mut Ruleset
     for cidr in model.service_cidrs.iter().filter(|c| families.contains(&c.family())) {
         let rule = Rule::new(vec![
             in_net(Selector::Daddr(cidr.family()), Op::Eq, *cidr),
-            verdict(crate::ruleset::Verdict::Drop),
+            verdict(verdict_nft::ruleset::Verdict::Drop),
         ]);
         cluster_ips_check.push(rule.comment("drop traffic to unallocated ClusterIPs"));
     }

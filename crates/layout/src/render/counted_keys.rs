@@ -7,10 +7,10 @@
 
 use super::counters::{CountedKey, CountingSet};
 use super::{Class, ClassNames, Sink, service};
-use crate::ruleset::{Blob, Chain, Elem, SetDecl};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 use verdict_model::{ProxyModel, ServicePort, ServicePortName};
+use verdict_nft::ruleset::{Blob, Chain, Elem, SetDecl};
 
 /// Collects only the elements of counting sets.
 struct KeySink {

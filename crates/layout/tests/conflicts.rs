@@ -1,9 +1,9 @@
 //! Two Services claiming one address: the incremental table must end where a full render of the
 //! same model ends, whichever of them the change concerns.
 
+use verdict_layout::{DesiredTable, RenderOptions};
 use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
 use verdict_model::{Cidr, ModelCache, ProxyConfig};
-use verdict_nft::{DesiredTable, RenderOptions};
 
 fn service(name: &str, ip: &str) -> Service {
     Service {

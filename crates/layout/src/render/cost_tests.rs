@@ -6,8 +6,6 @@
 //! render writes that the count does not follow fails here.
 
 use super::{Class, ClassNames, Sink, service};
-use crate::rule::{Item, Stmt};
-use crate::ruleset::{Blob, Chain, Elem, SetDecl};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -17,6 +15,8 @@ use verdict_model::source::{
 use verdict_model::{
     Cidr, DetectLocal, IpFamily, NodePortAddresses, ProxyConfig, ProxyModel, ServiceCounters, build_model,
 };
+use verdict_nft::rule::{Item, Stmt};
+use verdict_nft::ruleset::{Blob, Chain, Elem, SetDecl};
 
 /// Counts what one port's share of the table holds: elements, chains with their rules and the
 /// entries of their anonymous maps, sets. The class chains and maps it asks for are shared by

@@ -1,11 +1,16 @@
 //! NodePorts on every local address (`--nodeport-addresses all`) and on loopback (localhost
 //! NodePorts) as the interpreter sees them.
+//!
+//! These build a model, so they live here and not in verdict-nft (which knows no Services):
+//! the interpreter itself is `verdict_nft::explain`.
 
-use super::*;
-use crate::render::{RenderOptions, render};
-use crate::text;
+use verdict_layout::render::{RenderOptions, render};
+use verdict_model::Protocol;
 use verdict_model::source::{Endpoint, EndpointPort, EndpointSlice, Node, Service, ServicePortSpec};
 use verdict_model::{BuildOutput, NodePortAddresses, ProxyConfig, build_model};
+use verdict_nft::explain::{Explanation, Host, Packet, Summary, explain};
+use verdict_nft::ruleset::Ruleset;
+use verdict_nft::text;
 
 /// A NodePort Service (30080) with one endpoint (or none), on a node whose Node object lists
 /// only 192.168.0.2 and fd00::2.
@@ -125,7 +130,7 @@ fn with_the_fast_path_a_forwarded_service_connection_is_offloaded_once_establish
     assert_eq!(summary, dnat_to("10.180.0.2:8080"));
     assert!(found.iter().all(Option::is_none), "no fast path without the option");
 
-    let mut with = crate::render::render(&synth_free_model(), &RenderOptions { fast_path: true, ..Default::default() });
+    let mut with = render(&synth_free_model(), &RenderOptions { fast_path: true, ..Default::default() });
     with.flowtables.get_mut("fastpath").unwrap().devices = ["eth0".to_string()].into_iter().collect();
     rs.flowtables = with.flowtables.clone();
     rs.chains.insert("filter-forward".into(), with.chains["filter-forward"].clone());

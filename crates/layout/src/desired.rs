@@ -5,18 +5,18 @@
 //! and applies the difference to the table it holds, remembering the state each touched object
 //! had at the last commit. [`DesiredTable::plan`] turns those before-states into a transaction.
 //! After a successful commit [`DesiredTable::committed`] forgets them; after a failure the
-//! caller reconciles against the kernel ([`crate::diff`]) and [`DesiredTable::adopt`]s the result.
+//! caller reconciles against the kernel ([`verdict_nft::diff`]) and [`DesiredTable::adopt`]s the result.
 
-use crate::diff::{ChangeSet, emit, stable_slots};
 use crate::render::service::is_shared;
 use crate::render::{
     Class, ClassNames, MapClass, RenderOptions, SharedCounts, Sink, capacity, render_counted, service,
 };
-use crate::ruleset::{Blob, Chain, Elem, Ruleset, Set, SetDecl};
-use crate::transaction::Transaction;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use verdict_model::{ProxyModel, ServicePort};
+use verdict_nft::diff::{ChangeSet, emit, stable_slots};
+use verdict_nft::ruleset::{Blob, Chain, Elem, Ruleset, Set, SetDecl};
+use verdict_nft::transaction::Transaction;
 
 /// The desired table and what changed in it since the last commit.
 #[derive(Debug)]

@@ -13,10 +13,10 @@
 //! - firewalled: in the port's firewall chain, just before its drop.
 
 use super::names::family_name;
-use crate::rule::build::in_set;
-use crate::rule::{Item, Rule, Selector};
-use crate::ruleset::{Blob, Datatype, KeySpec, SetDecl};
 use verdict_model::IpFamily;
+use verdict_nft::rule::build::in_set;
+use verdict_nft::rule::{Item, Rule, Selector};
+use verdict_nft::ruleset::{Blob, Datatype, KeySpec, SetDecl};
 
 /// What happened to a counted new connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
