@@ -9,7 +9,7 @@
 //! ```
 //!
 //! This crate knows what a Service, an endpoint and a node are, and which chains, sets and
-//! maps they become ([`render`]: the scaffold, per-Service chains, names, counters, port views;
+//! maps they become ([`mod@render`]: the scaffold, per-Service chains, names, counters, port views;
 //! [`DesiredTable`]: the same table kept up to date incrementally; [`counts`]: the per-Service
 //! connection counters read back). verdict-nft knows nftables and nothing of Kubernetes.
 

@@ -1,6 +1,6 @@
 //! The nftables objects verdict owns, as plain data: one table, its chains and its sets.
 //!
-//! A [`Ruleset`] is what `render` produces from the model, what `observe` reads back from the
+//! A [`Ruleset`] is what verdict-layout's `render` produces from the model, what `observe` reads back from the
 //! kernel, and what `diff` compares. Element keys and data are kept in the kernel's own byte
 //! layout ([`Blob`]), so 10^6 elements stay compact and need no conversion to be sent.
 
