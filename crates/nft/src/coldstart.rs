@@ -29,7 +29,8 @@ pub const MAX_OBJECTS: usize = 50_000;
 pub fn dormant(current: Option<&Ruleset>, desired: &Ruleset) -> bool {
     current.is_none_or(|table| {
         table.chains.iter().all(|(name, chain)| {
-            chain.rules.is_empty() || (chain.base.is_none() && desired.chains.get(name).is_none_or(|d| d.base.is_none()))
+            chain.rules.is_empty()
+                || (chain.base.is_none() && desired.chains.get(name).is_none_or(|d| d.base.is_none()))
         })
     })
 }
@@ -42,8 +43,7 @@ pub fn split(tx: Transaction, desired: &Ruleset, max_objects: usize) -> Vec<Tran
     if tx.object_count() <= max_objects {
         return vec![tx];
     }
-    let base: BTreeSet<&str> =
-        desired.chains.values().filter(|c| c.base.is_some()).map(|c| c.name.as_str()).collect();
+    let base: BTreeSet<&str> = desired.chains.values().filter(|c| c.base.is_some()).map(|c| c.name.as_str()).collect();
     let mut switch = Transaction::new(&tx.table);
     let mut batches = Batches { table: tx.table.clone(), max: max_objects, done: Vec::new(), open: None, filled: 0 };
     for op in tx.ops {

@@ -140,7 +140,11 @@ impl<K: Kernel> SyncLoop<K> {
             }
             let objects = plan.staged.transaction.object_count();
             let parts = if dormant {
-                verdict_nft::coldstart::split(plan.staged.transaction, table.ruleset(), self.cfg.max_transaction_objects)
+                verdict_nft::coldstart::split(
+                    plan.staged.transaction,
+                    table.ruleset(),
+                    self.cfg.max_transaction_objects,
+                )
             } else {
                 vec![plan.staged.transaction]
             };
