@@ -9,6 +9,7 @@
 //!
 //! Everything but [`netlink`] (and [`observe`], which uses it) is pure.
 
+pub mod coldstart;
 pub(crate) mod desired;
 pub(crate) mod diff;
 pub(crate) mod elements;
