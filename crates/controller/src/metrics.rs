@@ -50,6 +50,9 @@ pub const NO_LOCAL_ENDPOINTS: &str = "kubeproxy_sync_proxy_rules_no_local_endpoi
 pub const CONNTRACK_DURATION: &str = "kubeproxy_conntrack_reconciler_sync_duration_seconds";
 /// Stale UDP conntrack entries deleted (counter).
 pub const CONNTRACK_DELETED: &str = "kubeproxy_conntrack_reconciler_deleted_entries_total";
+/// Time the kernel took for each transaction, send to last reply: it holds the nftables commit
+/// mutex meanwhile (histogram).
+pub const TX_COMMIT: &str = "verdict_sync_transaction_commit_seconds";
 /// Kernel objects written per sync (histogram).
 pub const TX_OPERATIONS: &str = "verdict_sync_transaction_operations";
 /// Bytes sent per sync (histogram).
@@ -133,6 +136,7 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
         (CONNTRACK_DURATION, sync_buckets()),
         (NETWORK_PROGRAMMING, programming_buckets()),
         (TX_OPERATIONS, size_buckets()),
+        (TX_COMMIT, sync_buckets()),
         (TX_BYTES, size_buckets()),
         (RENDERED_PORTS, size_buckets()),
     ]
@@ -173,6 +177,11 @@ pub fn describe() {
     );
     describe_counter!(HEALTHZ_TOTAL, "Cumulative proxy healthz HTTP status");
     describe_counter!(LIVEZ_TOTAL, "Cumulative proxy livez HTTP status");
+    describe_histogram!(
+        TX_COMMIT,
+        metrics::Unit::Seconds,
+        "Time the kernel took for each nftables transaction (send to last reply), holding the nftables commit mutex"
+    );
     describe_histogram!(TX_OPERATIONS, "Kernel objects written by each nftables transaction");
     describe_histogram!(TX_BYTES, metrics::Unit::Bytes, "Bytes sent by each nftables transaction");
     describe_histogram!(RENDERED_PORTS, "Service ports rendered by each sync");

@@ -411,6 +411,32 @@ impl ElementMap {
         }
     }
 
+    /// Elements in key order from the `start`-th on (a transaction split into batches sends
+    /// a map in ranges without walking what earlier batches sent).
+    pub fn iter_from(&self, start: usize) -> Iter<'_> {
+        match &self.repr {
+            Repr::Packed(p) => {
+                let (kl, mut skipped) = (p.key_len as usize, 0);
+                for (chunk, c) in p.chunks.iter().enumerate() {
+                    let n = c.len(kl);
+                    if skipped + n > start {
+                        let left = p.len - start;
+                        return Iter(Walk::Packed { map: p, chunk, at: start - skipped, left });
+                    }
+                    skipped += n;
+                }
+                Iter(Walk::Packed { map: p, chunk: p.chunks.len(), at: 0, left: 0 })
+            }
+            Repr::Mixed(map) => {
+                let mut it = map.iter();
+                if start > 0 {
+                    it.nth(start - 1);
+                }
+                Iter(Walk::Mixed(it))
+            }
+        }
+    }
+
     /// Adds `other`'s elements (of equal keys, `other`'s is kept). When they all come after
     /// this map's, as a render split by address hands them over, its chunks are moved.
     pub fn absorb(&mut self, other: ElementMap) {

@@ -11,6 +11,7 @@
 //! verdict-layout's business. Everything but [`netlink`] (and [`observe`], which uses it) is
 //! pure.
 
+pub mod coldstart;
 pub mod diff;
 pub(crate) mod elements;
 pub mod explain;

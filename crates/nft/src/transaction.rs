@@ -10,6 +10,16 @@ pub enum ElementList {
     List(Vec<(Blob, Elem)>),
     /// All elements of a (new) set.
     All(Elements),
+    /// `len` elements of a set from its `start`-th on: a share of [`ElementList::All`] when a
+    /// cold start is sent in several transactions (see [`crate::coldstart`]).
+    Range {
+        /// The set's elements.
+        elements: Elements,
+        /// Index of the first element sent.
+        start: usize,
+        /// How many.
+        len: usize,
+    },
 }
 
 impl ElementList {
@@ -18,6 +28,7 @@ impl ElementList {
         match self {
             ElementList::List(v) => v.len(),
             ElementList::All(m) => m.len(),
+            ElementList::Range { len, .. } => *len,
         }
     }
 
@@ -31,6 +42,7 @@ impl ElementList {
         match self {
             ElementList::List(v) => Box::new(v.iter().cloned()),
             ElementList::All(m) => Box::new(m.iter()),
+            ElementList::Range { elements, start, len } => Box::new(elements.iter_from(*start).take(*len)),
         }
     }
 }

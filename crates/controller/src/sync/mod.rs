@@ -67,6 +67,10 @@ pub struct SyncConfig {
     /// The opt-in fast path: the table gets a flowtable that established Service connections
     /// are offloaded to, holding the devices [`Event::FastPathDevices`] names.
     pub fast_path: bool,
+    /// A plan for a table no packet reaches yet (a cold start, or one interrupted) is sent in
+    /// transactions of at most this many objects, the base chains' rules last (see
+    /// [`verdict_nft::coldstart`]).
+    pub max_transaction_objects: usize,
     /// Set while kube-proxy's rules are still in place because verdict removes them only after
     /// its own first sync: until then they are the proxy being replaced, not another proxy on
     /// the node (see [`crate::foreign_proxy`]), and are not reported as one.
@@ -85,6 +89,7 @@ impl Default for SyncConfig {
             state_dir: None,
             release_before_objects: RELEASE_BEFORE_OBJECTS,
             fast_path: false,
+            max_transaction_objects: verdict_nft::coldstart::MAX_OBJECTS,
             replacing_kube_proxy: None,
         }
     }
@@ -109,6 +114,24 @@ pub struct SyncReport {
     pub programming_latency: Vec<Duration>,
     /// Where the time went.
     pub phases: Phases,
+    /// Transactions committed (more than one: a cold start sent in parts, or chains deleted
+    /// later).
+    pub transactions: usize,
+    /// The longest of them in the kernel: from its send to its last reply, while the kernel
+    /// holds the nftables commit mutex that every nftables user on the node waits for.
+    pub longest_transaction: Duration,
+}
+
+impl SyncReport {
+    /// Counts a committed transaction.
+    pub(super) fn committed(&mut self, stats: &CommitStats) {
+        if stats.messages > 0 {
+            self.transactions += 1;
+            self.longest_transaction = self.longest_transaction.max(Duration::from_micros(stats.kernel_us));
+            metrics::histogram!(m::TX_COMMIT).record(stats.kernel_us as f64 / 1e6);
+        }
+        self.bytes += stats.bytes;
+    }
 }
 
 /// Where a sync's time went, in the order the phases run (logged with every `synced` line, so

@@ -28,6 +28,8 @@ impl<K: Kernel> SyncLoop<K> {
             error: None,
             programming_latency: Vec::new(),
             phases: Phases::default(),
+            transactions: 0,
+            longest_transaction: Duration::ZERO,
         };
         let outcome = if full {
             let mark = Instant::now();
@@ -53,7 +55,7 @@ impl<K: Kernel> SyncLoop<K> {
             match committed {
                 Ok((stats, foreign)) => {
                     self.foreign_commit |= foreign;
-                    report.bytes += stats.bytes;
+                    report.committed(&stats);
                     table.committed();
                     self.stale_chains.flushed(deferred, Instant::now());
                     Ok(())
@@ -125,6 +127,7 @@ impl<K: Kernel> SyncLoop<K> {
             // last committed, taken as it is when nothing suggested drift).
             let from_kernel = current.as_ref().is_none_or(|c| c.generation.is_some());
             let mark = Instant::now();
+            let dormant = verdict_nft::coldstart::dormant(current.as_ref().map(|c| &c.ruleset), table.ruleset());
             // The table as read (at a restart, all of it) goes into the plan, and is dropped
             // once compared: before the batch is encoded, not after.
             let plan = self.stale_chains.staging().reconcile(current, table.ruleset(), unix_now());
@@ -136,20 +139,28 @@ impl<K: Kernel> SyncLoop<K> {
                 self.traces.insert(chain.clone(), *until);
             }
             let objects = plan.staged.transaction.object_count();
+            let parts = if dormant {
+                verdict_nft::coldstart::split(
+                    plan.staged.transaction,
+                    table.ruleset(),
+                    self.cfg.max_transaction_objects,
+                )
+            } else {
+                vec![plan.staged.transaction]
+            };
             phases.plan += mark.elapsed();
             if objects >= self.cfg.release_before_objects {
                 self.release_memory();
             }
             let mark = Instant::now();
-            let committed = self.commit_planned(&plan.staged.transaction, plan.read_at);
+            let committed = self.commit_parts(&parts, plan.read_at, report);
             phases.commit += mark.elapsed();
             match committed {
-                Ok(stats) => {
+                Ok(()) => {
                     if from_kernel {
                         self.reconciled_through = plan.read_at.or(read_from);
                     }
                     report.objects += objects;
-                    report.bytes += stats.bytes;
                     self.stale_chains.flushed(plan.staged.deferred_chains, Instant::now());
                     table.adopt(plan.result);
                     return Ok(());
@@ -165,6 +176,35 @@ impl<K: Kernel> SyncLoop<K> {
                 Err(e) => return Err(self.learn(e)),
             }
         }
+    }
+
+    /// Commits the transactions of one plan in order, the first at generation `read_at` (see
+    /// [`Netlink::commit_planned`]) and each later one at the generation the one before left:
+    /// another program's commit in between is met as [`NetlinkError::Changed`], and the plan
+    /// is made again from what the kernel holds then. Only a plan for a table no packet
+    /// reaches comes in several parts ([`verdict_nft::coldstart`]), so what a failure leaves
+    /// behind is still unseen, and the next reconcile finishes it.
+    fn commit_parts(
+        &mut self,
+        parts: &[Transaction],
+        mut read_at: Option<u32>,
+        report: &mut SyncReport,
+    ) -> Result<(), NetlinkError> {
+        for (i, tx) in parts.iter().enumerate() {
+            let stats = self.commit_planned(tx, read_at)?;
+            report.committed(&stats);
+            if i + 1 < parts.len() {
+                read_at = Some(self.nl.generation()?);
+            }
+        }
+        if parts.len() > 1 {
+            tracing::info!(
+                transactions = parts.len(),
+                longest_ms = Phases::ms(report.longest_transaction),
+                "a table no packet reached yet, programmed in parts: the base chains' rules last"
+            );
+        }
+        Ok(())
     }
 
     /// What the kernel holds, for a full sync: read from the kernel (with the elements the

@@ -73,6 +73,8 @@ impl<K: Kernel> SyncLoop<K> {
                 read_ms = Phases::ms(report.phases.read),
                 plan_ms = Phases::ms(report.phases.plan),
                 commit_ms = Phases::ms(report.phases.commit),
+                transactions = report.transactions,
+                longest_transaction_ms = Phases::ms(report.longest_transaction),
                 "synced"
             );
         }

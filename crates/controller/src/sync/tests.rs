@@ -350,3 +350,56 @@ fn a_quiet_table_is_synced_every_sync_period_and_nothing_is_written() {
     assert!(holds(&kernel, &services, &slices));
     r.stop();
 }
+
+/// A cold start of a table larger than [`SyncConfig::max_transaction_objects`].
+fn split_cold_start() -> (MemoryKernel, Running, Vec<Service>, Vec<EndpointSlice>) {
+    let kernel = MemoryKernel::new();
+    let (services, slices) = synth::cluster(200, 3, 1000);
+    let r = Running::start_with(&kernel, SyncConfig { max_transaction_objects: 300, ..quick() });
+    (kernel, r, services, slices)
+}
+
+#[test]
+fn a_cold_start_is_committed_in_bounded_transactions_and_switched_on_last() {
+    let (kernel, r, services, slices) = split_cold_start();
+    // Refuse the last transaction (the switch), to see what the ones before it left.
+    let objects = verdict_nft::diff(None, &rendered(&services, &slices)).transaction.object_count();
+    let parts = objects.div_ceil(300) + 1;
+    kernel.refuse_after(parts - 1, nix::errno::Errno::EIO);
+    r.list(&services, &slices);
+    let failed = r.next();
+    assert!(failed.error.is_some(), "{failed:?}");
+    let left = kernel.table(TABLE).expect("the parts before the switch were committed");
+    let want = rendered(&services, &slices);
+    assert!(verdict_nft::coldstart::dormant(Some(&left), &want), "no base chain has a rule before the switch");
+    assert!(left.sets.values().map(|s| s.elements.len()).sum::<usize>() > 0);
+    let retried = r.next();
+    assert!(retried.full && retried.error.is_none(), "{retried:?}");
+    assert!(holds(&kernel, &services, &slices));
+    let sizes = kernel.commit_sizes();
+    assert!(sizes.len() > 2, "{sizes:?}");
+    assert!(sizes.iter().all(|n| *n <= 300), "{sizes:?}");
+    assert_eq!(retried.transactions, 1, "only the switch was left: {retried:?}");
+    r.stop();
+}
+
+#[test]
+fn a_cold_start_interrupted_between_its_transactions_is_finished_by_the_next_start() {
+    let (kernel, r, services, slices) = split_cold_start();
+    kernel.refuse_after(2, nix::errno::Errno::ENOMEM);
+    r.list(&services, &slices);
+    let failed = r.next();
+    assert!(failed.error.is_some(), "{failed:?}");
+    assert_eq!(kernel.commits(), 2);
+    // The agent dies here; another starts over what it left.
+    drop(r.tx);
+    let _ = r.thread.map(|t| t.join());
+    let again = Running::start_with(&kernel, SyncConfig { max_transaction_objects: 300, ..quick() });
+    again.list(&services, &slices);
+    let first = again.next();
+    assert!(first.full && first.error.is_none(), "{first:?}");
+    assert!(first.transactions > 1, "the rest, in parts again: {first:?}");
+    assert!(holds(&kernel, &services, &slices));
+    assert!(kernel.commit_sizes().iter().all(|n| *n <= 300), "{:?}", kernel.commit_sizes());
+    again.stop();
+}

@@ -22,6 +22,11 @@ pub struct Synced {
     pub ms: f64,
     /// When the line arrived, since the process started.
     pub at: Duration,
+    /// Transactions it committed and the longest in the kernel (ms); an older binary (a
+    /// baseline) logs neither: `None`.
+    pub transactions: Option<(u64, f64)>,
+    /// Its commit phase (ms): encoding and the kernel, all transactions.
+    pub commit_ms: f64,
 }
 
 /// Starts `verdict --log-format json run` in namespace `ns` with the API server of
@@ -126,5 +131,10 @@ fn parse_synced(line: &str) -> Option<Synced> {
         objects: f.get("objects")?.as_u64()?,
         ms: f.get("ms")?.as_f64()?,
         at: Duration::ZERO,
+        transactions: f
+            .get("transactions")
+            .and_then(|n| n.as_u64())
+            .zip(f.get("longest_transaction_ms").and_then(|ms| ms.as_f64())),
+        commit_ms: f.get("commit_ms").and_then(|ms| ms.as_f64()).unwrap_or(0.0),
     })
 }

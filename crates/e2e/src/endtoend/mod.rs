@@ -50,6 +50,10 @@ pub struct Start {
     pub full_sync_ms: f64,
     /// Kernel objects it wrote.
     pub objects: u64,
+    /// Transactions it committed, and the longest in the kernel (ms), when the binary says.
+    pub transactions: Option<(u64, f64)>,
+    /// That sync's commit phase (ms): encoding and the kernel.
+    pub commit_ms: f64,
     /// Peak RSS up to a few seconds after it (MiB).
     pub peak_rss_mib: f64,
     /// RSS 3 s after the sync (MiB): what was freed may not be handed back yet.
@@ -150,6 +154,8 @@ pub fn start(
         programmed_s: synced.at.as_secs_f64(),
         full_sync_ms: synced.ms,
         objects: synced.objects,
+        transactions: synced.transactions,
+        commit_ms: synced.commit_ms,
         peak_rss_mib: memory.peak_rss_mib(),
         early_rss_mib,
         settled_rss_mib: memory.rss_mib(),

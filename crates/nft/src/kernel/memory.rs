@@ -38,6 +38,10 @@ struct State {
     /// Kernels before 6.4: a chain whose last reference goes in the same batch is still busy.
     busy_until_committed: bool,
     commits: usize,
+    /// Objects of each transaction committed.
+    sizes: Vec<usize>,
+    /// The commit (counted from 0 over all commits) refused with this errno.
+    refuse_at: Option<(usize, Errno)>,
     dropping: Vec<DroppingChain>,
 }
 
@@ -82,6 +86,17 @@ impl MemoryKernel {
         self.lock().dropping.push(chain);
     }
 
+    /// Refuses the commit that comes after `skip` more successful ones, with `errno`.
+    pub fn refuse_after(&self, skip: usize, errno: Errno) {
+        let mut state = self.lock();
+        state.refuse_at = Some((state.commits + skip, errno));
+    }
+
+    /// The objects of each transaction committed so far, in order.
+    pub fn commit_sizes(&self) -> Vec<usize> {
+        self.lock().sizes.clone()
+    }
+
     /// Transactions committed so far.
     pub fn commits(&self) -> usize {
         self.lock().commits
@@ -121,6 +136,12 @@ impl Kernel for MemoryKernel {
             state.planned.pop_front();
             return Err(rejected(tx, 0, errno));
         }
+        if let Some((at, errno)) = state.refuse_at
+            && at == state.commits
+        {
+            state.refuse_at = None;
+            return Err(rejected(tx, 0, errno));
+        }
         let before = state.tables.get(&tx.table).map(chain_references).unwrap_or_default();
         let mut table = state.tables.get(&tx.table).cloned();
         for (index, op) in tx.ops.iter().enumerate() {
@@ -132,6 +153,7 @@ impl Kernel for MemoryKernel {
         };
         state.generation = state.generation.wrapping_add(1);
         state.commits += 1;
+        state.sizes.push(tx.object_count());
         Ok(CommitStats { messages: tx.ops.len() + 2, ..CommitStats::default() })
     }
 

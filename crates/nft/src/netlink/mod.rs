@@ -84,7 +84,8 @@ pub struct CommitStats {
     pub bytes: usize,
     /// Attempts refused with ERESTART before the one that committed.
     pub retries: u32,
-    /// Time spent in the kernel's send (the kernel processes the batch inside it), microseconds.
+    /// From the send to the last reply read, microseconds: the kernel processes the batch, and
+    /// holds the nftables commit mutex, inside the send; the replies are already queued after it.
     pub kernel_us: u64,
 }
 
@@ -271,7 +272,7 @@ impl Netlink {
     }
 
     /// Sends a transaction's batch and reads the kernel's replies (in test builds, with the
-    /// fault planned for it, if any), and the time the send took in microseconds.
+    /// fault planned for it, if any), and the microseconds from the send to the last reply.
     fn transact(&mut self, buf: &[u8]) -> Result<(u64, Replies), NetlinkError> {
         let started = Instant::now();
         #[cfg(feature = "fault-injection")]
@@ -279,8 +280,8 @@ impl Netlink {
             return fault::transact(self, buf, f).map(|r| (started.elapsed().as_micros() as u64, r));
         }
         self.sock.send(buf).map_err(NetlinkError::Io)?;
-        let kernel_us = started.elapsed().as_micros() as u64;
-        Ok((kernel_us, self.drain()?))
+        let replies = self.drain()?;
+        Ok((started.elapsed().as_micros() as u64, replies))
     }
 
     /// Sends a small batch built elsewhere and returns the errors it drew.

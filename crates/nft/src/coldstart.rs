@@ -1,0 +1,131 @@
+//! A cold start in short transactions that no packet can see half-done.
+//!
+//! At 100k Services x 10 endpoints a cold start is 1.35 million objects; as one transaction it
+//! holds the kernel's nftables commit mutex for over a second, and every other nftables user
+//! on the node (the CNI, kubelet, a firewall) waits for it. But a table whose base chains have
+//! no rules is never consulted by a packet: its chains, sets and elements can be written in as
+//! many transactions as it takes, and the table goes live when its base chains get their rules.
+//! So a plan for such a table ([`dormant`]) is [`split`] into transactions of at most
+//! [`MAX_OBJECTS`] objects each (the table, chains, sets, elements, the rules of regular
+//! chains) and one last, small transaction that adds the base chains' rules: the switch.
+//!
+//! No objects of other names are involved: an interrupted cold start leaves verdict's own table,
+//! partly filled and still dormant, and the next start's reconcile finishes it the same way
+//! (its diff against what it reads is again a plan for a dormant table). A live table is never
+//! split: there, each transaction would be seen.
+
+use crate::ruleset::Ruleset;
+use crate::transaction::{ElementList, Op, Transaction};
+use std::collections::BTreeSet;
+
+/// Objects per transaction of a split cold start. The kernel commits about a million elements
+/// a second on the machine of docs/benchmarks.md; 50,000 keep each transaction well under
+/// 250 ms on a loaded node, and cost a few milliseconds each in per-batch overhead.
+pub const MAX_OBJECTS: usize = 50_000;
+
+/// Whether no packet can see `current` (the table as the kernel holds it, `None`: absent): no
+/// rule in any base chain, neither in a chain the kernel holds as a base chain nor in one
+/// `desired` makes a base chain.
+pub fn dormant(current: Option<&Ruleset>, desired: &Ruleset) -> bool {
+    current.is_none_or(|table| {
+        table.chains.iter().all(|(name, chain)| {
+            chain.rules.is_empty()
+                || (chain.base.is_none() && desired.chains.get(name).is_none_or(|d| d.base.is_none()))
+        })
+    })
+}
+
+/// `tx`, a plan that makes a [`dormant`] table `desired`, as transactions of at most
+/// `max_objects` objects each in the plan's order, followed by one that adds the rules of
+/// `desired`'s base chains (the switch). A plan of at most `max_objects` objects stays whole.
+pub fn split(tx: Transaction, desired: &Ruleset, max_objects: usize) -> Vec<Transaction> {
+    let max_objects = max_objects.max(1);
+    if tx.object_count() <= max_objects {
+        return vec![tx];
+    }
+    let base: BTreeSet<&str> = desired.chains.values().filter(|c| c.base.is_some()).map(|c| c.name.as_str()).collect();
+    let mut switch = Transaction::new(&tx.table);
+    let mut batches = Batches { table: tx.table.clone(), max: max_objects, done: Vec::new(), open: None, filled: 0 };
+    for op in tx.ops {
+        match op {
+            Op::AddRule { ref chain, .. } if base.contains(chain.as_str()) => switch.ops.push(op),
+            Op::AddElements { set, decl, elements } => {
+                let total = elements.len();
+                let mut from = 0;
+                while from < total {
+                    let n = batches.room().min(total - from);
+                    let part = part_of(&elements, from, n);
+                    batches.push(Op::AddElements { set: set.clone(), decl: decl.clone(), elements: part }, n);
+                    from += n;
+                }
+            }
+            Op::DeleteElements { set, decl, keys } => {
+                let mut rest = keys.as_slice();
+                while !rest.is_empty() {
+                    let (part, tail) = rest.split_at(batches.room().min(rest.len()));
+                    let n = part.len();
+                    batches.push(Op::DeleteElements { set: set.clone(), decl: decl.clone(), keys: part.to_vec() }, n);
+                    rest = tail;
+                }
+            }
+            op => {
+                let n = op.objects();
+                batches.push(op, n);
+            }
+        }
+    }
+    let mut out = batches.finish();
+    if !switch.is_empty() {
+        out.push(switch);
+    }
+    out
+}
+
+/// Transactions being filled up to `max` objects each.
+struct Batches {
+    table: String,
+    max: usize,
+    done: Vec<Transaction>,
+    open: Option<Transaction>,
+    filled: usize,
+}
+
+impl Batches {
+    /// Objects the open transaction still takes (a new one is opened when it is full).
+    fn room(&mut self) -> usize {
+        if self.filled >= self.max {
+            self.close();
+        }
+        self.max - self.filled
+    }
+
+    /// Adds `op` (of `n` objects) to the open transaction, or to a new one if it does not fit.
+    fn push(&mut self, op: Op, n: usize) {
+        if self.filled > 0 && self.filled + n > self.max {
+            self.close();
+        }
+        self.open.get_or_insert_with(|| Transaction::new(&self.table)).ops.push(op);
+        self.filled += n;
+    }
+
+    fn close(&mut self) {
+        self.done.extend(self.open.take());
+        self.filled = 0;
+    }
+
+    fn finish(mut self) -> Vec<Transaction> {
+        self.close();
+        self.done
+    }
+}
+
+/// `n` elements of `elements` from the `from`-th on, without copying a shared map.
+fn part_of(elements: &ElementList, from: usize, n: usize) -> ElementList {
+    match elements {
+        ElementList::All(m) => ElementList::Range { elements: m.clone(), start: from, len: n },
+        ElementList::Range { elements, start, .. } => {
+            ElementList::Range { elements: elements.clone(), start: start + from, len: n }
+        }
+        ElementList::List(v) => ElementList::List(v[from..from + n].to_vec()),
+    }
+}
