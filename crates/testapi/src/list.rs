@@ -1,4 +1,5 @@
-//! LIST: resourceVersion semantics, selectors and `limit`/`continue` pagination.
+//! LIST: resourceVersion semantics, selectors and `limit`/`continue` pagination (of
+//! consistent and exact lists only: lists served from the watch cache come whole).
 //!
 //! Every page of a paginated list is cut from the same snapshot, the one at the RV of the
 //! first page (like etcd range reads at a fixed revision), and the continue token carries
@@ -77,6 +78,12 @@ pub(crate) fn list(
         }
     };
 
+    // A list at "any" or "not older than" a resourceVersion is served from the API server's
+    // watch cache, which does not page: it answers with every object at once and ignores
+    // `limit` (the cacher's `shouldDelegateList`: "Serve paginated requests about revision
+    // \"0\" from watch cache"). Consistent and exact lists come from etcd, page by page.
+    let from_cache = continue_token.is_none() && rv.is_some() && matches!(at, ReadAt::Latest { .. });
+    let limit = if from_cache { None } else { limit };
     let resuming = continue_token.is_some();
     let start = continue_token.map(|t| t.start);
     let page = (start.as_ref(), limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX)));
