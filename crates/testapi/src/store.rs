@@ -45,12 +45,14 @@ pub(crate) enum ChangeKind {
 pub(crate) struct Obj {
     pub value: Value,
     pub json: Bytes,
+    /// Its protobuf encoding (in its envelope), made when a watch first asks for it.
+    pub protobuf: std::sync::OnceLock<Bytes>,
 }
 
 impl Obj {
-    fn new(value: Value) -> Arc<Obj> {
+    pub(crate) fn new(value: Value) -> Arc<Obj> {
         let json = Bytes::from(serde_json::to_vec(&value).expect("JSON values serialize"));
-        Arc::new(Obj { value, json })
+        Arc::new(Obj { value, json, protobuf: std::sync::OnceLock::new() })
     }
 }
 
