@@ -140,8 +140,8 @@ fn serve(
         Verb::List => {
             let list = list::list(store, (ty_idx, &ty), &filter()?, query, output)?;
             let (media, body) = match protobuf {
-                true => (crate::protobuf::PROTOBUF, crate::protobuf::list(&ty, &list)),
-                false => ("application/json", serde_json::to_vec(&list).expect("JSON values serialize")),
+                true => (crate::protobuf::PROTOBUF, list.protobuf(&ty)),
+                false => ("application/json", list.json()),
             };
             if store.faults.take_stall(ty_idx) {
                 return Ok(stream_response(media, crate::faults::stalled(body)));

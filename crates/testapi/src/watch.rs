@@ -247,9 +247,9 @@ impl Session {
         use crate::protobuf;
         match item {
             WatchItem::Event(kind, object) => {
-                // Encoded once per object state, as the JSON is.
-                let bytes = object.protobuf.get_or_init(|| protobuf::object(&self.ty, &object.value).into());
-                protobuf::frame(kind, bytes.to_vec(), out);
+                // Encoded once per object state, when it was written, as the JSON is.
+                let raw = object.protobuf.clone().unwrap_or_default().to_vec();
+                protobuf::frame(kind, protobuf::envelope(&self.ty.api_version(), &self.ty.kind, raw), out);
             }
             WatchItem::Bookmark { rv, initial_end } => {
                 protobuf::frame("BOOKMARK", protobuf::bookmark(&self.ty, rv, initial_end), out);

@@ -133,7 +133,7 @@ impl<K: Decoded> Events<K> {
 
     async fn next(&mut self) -> Result<Option<WatchEvent<K>>, Failure> {
         loop {
-            if let Some(bytes) = self.framer.next()? {
+            if let Some(bytes) = self.framer.next_frame()? {
                 return Ok(Some(wire::event(self.response.encoding, &bytes)?));
             }
             if self.ended {

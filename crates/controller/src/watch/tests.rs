@@ -93,7 +93,7 @@ fn decode_stream(encoding: Encoding, stream: &[u8], chunk: usize) -> Vec<WatchEv
     let mut events = Vec::new();
     for piece in stream.chunks(chunk) {
         framer.push(piece);
-        while let Some(frame) = framer.next().unwrap() {
+        while let Some(frame) = framer.next_frame().unwrap() {
             events.push(wire::event(encoding, &frame).unwrap());
         }
     }
@@ -143,10 +143,10 @@ fn a_protobuf_watch_stream_decodes_event_by_event_in_any_chunking() {
 fn a_protobuf_frame_longer_than_the_limit_is_refused_before_it_is_held() {
     let mut framer = Framer::new(Encoding::Protobuf);
     framer.push(&(u32::try_from(wire::MAX_FRAME).unwrap() + 1).to_be_bytes());
-    assert!(matches!(framer.next(), Err(wire::WireError::TooLong)));
+    assert!(matches!(framer.next_frame(), Err(wire::WireError::TooLong)));
     let mut framer = Framer::new(Encoding::Protobuf);
     framer.push(&event_frame("ADDED", SERVICE_PB)[..20]);
-    assert!(framer.next().unwrap().is_none());
+    assert!(framer.next_frame().unwrap().is_none());
     assert!(framer.finish().is_err(), "half a frame at the end is an error");
 }
 
@@ -227,5 +227,5 @@ fn the_fixtures_are_upstreams_bytes() {
     // the tests above read upstream's encoding, not one made here.
     let reencoded = envelope("v1", "Service", &proto::open::<proto::Service>(SERVICE_PB, "Service").unwrap());
     assert!(reencoded.len() < SERVICE_PB.len());
-    assert_eq!(proto::Service::decode(&*proto::unwrap_envelope(SERVICE_PB).unwrap().1).is_ok(), true);
+    assert!(proto::Service::decode(&*proto::unwrap_envelope(SERVICE_PB).unwrap().1).is_ok());
 }

@@ -293,7 +293,7 @@ impl Framer {
     }
 
     /// The next whole event, if one has arrived.
-    pub fn next(&mut self) -> Result<Option<Bytes>, WireError> {
+    pub fn next_frame(&mut self) -> Result<Option<Bytes>, WireError> {
         match self.encoding {
             Encoding::Json => loop {
                 let Some(end) = self.buf.iter().position(|&b| b == b'\n') else {

@@ -71,8 +71,8 @@ pub(super) struct ListMeta {
 pub(super) struct List {
     #[prost(message, optional, tag = "1")]
     pub(super) metadata: Option<ListMeta>,
-    #[prost(bytes = "vec", repeated, tag = "2")]
-    pub(super) items: Vec<Vec<u8>>,
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    pub(super) items: Vec<bytes::Bytes>,
 }
 
 #[derive(Clone, PartialEq, Message)]

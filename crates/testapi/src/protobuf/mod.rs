@@ -10,6 +10,7 @@
 //! so byte counts compare with JSON's. Fields left out: `managedFields`,
 //! `ownerReferences`, conditions and the Node status's inventory (images, capacity...).
 
+use bytes::Bytes;
 use prost::Message;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -231,21 +232,15 @@ pub(crate) fn raw(v: &Value) -> Option<Vec<u8>> {
     })
 }
 
-/// An object in its envelope.
-pub(crate) fn object(ty: &ResourceType, v: &Value) -> Vec<u8> {
-    envelope(&ty.api_version(), &ty.kind, raw(v).unwrap_or_default())
-}
-
-/// A JSON list (as `crate::list` makes it) in protobuf.
-pub(crate) fn list(ty: &ResourceType, list: &Value) -> Vec<u8> {
-    let meta = &list["metadata"];
+/// A list in protobuf: its metadata (as JSON), and its objects' own encodings.
+pub(crate) fn list(ty: &ResourceType, meta: &Value, items: Vec<Bytes>) -> Vec<u8> {
     let message = List {
         metadata: Some(ListMeta {
             resource_version: string(meta, "resourceVersion"),
             continue_: string(meta, "continue"),
             remaining_item_count: meta.get("remainingItemCount").and_then(Value::as_i64),
         }),
-        items: array(list, "items").iter().map(|o| raw(o).unwrap_or_default()).collect(),
+        items,
     };
     envelope(&ty.api_version(), &ty.list_kind(), message.encode_to_vec())
 }
