@@ -116,6 +116,11 @@ pub struct Bench {
     /// With --e2e: seconds to wait after the sync for RSS to settle [default: 15]
     #[arg(long, value_name = "S", requires = "e2e")]
     pub settle: Option<f64>,
+    /// With --e2e: cold starts with streaming lists and with resourceVersion 0 lists, in JSON
+    /// and in protobuf (time, API bytes and requests per start) [points default:
+    /// 10000x10,100000x10]
+    #[arg(long, requires = "e2e", conflicts_with = "baseline")]
+    pub api: bool,
 
     /// With --dataplane: seconds per measure (each of connections/s, UDP request/response, one
     /// stream, eight streams, on each of three paths) [default: 2]

@@ -6,6 +6,7 @@
 //! cargo xtask demo    a two-node namespace cluster with verdict agents: a Service created, scaled, deleted
 //! cargo xtask bench   verdict's netlink programming vs `nft -f`, into target/bench/report.md
 //! cargo xtask bench --e2e   `verdict run` against the test API server: start, restart, RSS
+//! cargo xtask bench --e2e --api   cold starts: streaming vs resourceVersion 0 lists, JSON vs protobuf
 //! cargo xtask bench --counters   what --service-counters costs: commit, connect latency, connections/s
 //! cargo xtask bench --dataplane   what a packet pays: no proxy, static DNAT, verdict, iptables
 //! cargo xtask e2e     a two-node namespace cluster with verdict daemons and the test API server
@@ -206,6 +207,9 @@ fn bench_e2e(a: &cli::Bench) -> Result<()> {
     forward(&mut bench_args, "--baseline", a.baseline.as_ref().map(|p| p.display()));
     forward(&mut bench_args, "--points", a.points.as_ref());
     forward(&mut bench_args, "--settle", a.settle);
+    if a.api {
+        bench_args.push("--api".to_string());
+    }
     run::program(&run::release_dir()?.join("verdict-bench-e2e"), &bench_args, &[])?;
     println!("(e2e-report.md, e2e-time.svg, e2e-rss.svg: copy them into docs/ with the context of the run)");
     Ok(())

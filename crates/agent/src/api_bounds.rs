@@ -5,7 +5,8 @@
 //! - a response that is not a watch (a list page, an Event write) arrives whole within
 //!   `--api-timeout` of the request, or is abandoned: the watcher retries with backoff;
 //! - a watch line (one event) is at most [`MAX_LINE`], client-go's frame limit: beyond it the
-//!   watch is broken off before the line is held, and the watcher watches (or lists) again.
+//!   watch is broken off before the line is held, and the watcher watches (or lists) again
+//!   (a protobuf watch's frames are bounded by the watcher, which reads their lengths).
 //!
 //! What each list and watch of a kind did is recorded: `verdict_api_progress_timestamp_seconds`
 //! when a watch line or a whole list arrived, `verdict_api_stalls_total` when one was
@@ -131,11 +132,18 @@ where
                 stalled(kind, "timeout");
                 return Err(Abandoned::NoAnswer(timeout).into());
             };
-            let mode = match watch {
-                true => Mode::Lines { since_newline: 0 },
-                false => Mode::Whole { by: Box::pin(tokio::time::sleep_until(deadline)), timeout },
+            let response = response.map_err(Into::into)?;
+            let protobuf = response
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|t| t.starts_with("application/vnd.kubernetes.protobuf"));
+            let mode = match (watch, protobuf) {
+                (true, false) => Mode::Lines { since_newline: 0 },
+                (true, true) => Mode::Frames,
+                (false, _) => Mode::Whole { by: Box::pin(tokio::time::sleep_until(deadline)), timeout },
             };
-            Ok(response.map_err(Into::into)?.map(|inner| BoundedBody { inner, mode, kind }))
+            Ok(response.map(|inner| BoundedBody { inner, mode, kind }))
         })
     }
 }
@@ -143,6 +151,9 @@ where
 enum Mode {
     /// A watch: lines of at most [`MAX_LINE`] bytes.
     Lines { since_newline: usize },
+    /// A protobuf watch: length-prefixed frames, which the watcher bounds to [`MAX_LINE`] as
+    /// it reads each length (the bytes hold newlines anywhere).
+    Frames,
     /// Anything else: the whole body by the deadline.
     Whole { by: Pin<Box<Sleep>>, timeout: Duration },
 }
@@ -181,6 +192,9 @@ where
             Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
             Some(Ok(frame)) => frame,
         };
+        if matches!(this.mode, Mode::Frames) && frame.is_data() {
+            progressed(this.kind);
+        }
         if let (Mode::Lines { since_newline }, Some(data)) = (&mut this.mode, frame.data_ref()) {
             let bytes = data.chunk();
             match bytes.iter().rposition(|&b| b == b'\n') {

@@ -111,7 +111,11 @@ pub const FLAGS: &[Entry] = &[
         NoEffect,
         "checked; verdict's requests are a few long watches, lists at start and on 410, and Events",
     ),
-    ("--kube-api-content-type", NoEffect, "verdict's client speaks JSON"),
+    (
+        "--kube-api-content-type",
+        Honoured,
+        "`application/vnd.kubernetes.protobuf` (the default) asks for protobuf first, JSON as the fallback, for Services, EndpointSlices and Nodes; `application/json` asks for JSON",
+    ),
     (
         "--kube-api-qps",
         Honoured,
@@ -170,9 +174,13 @@ pub const FLAGS: &[Entry] = &[
 pub const CONFIG_FIELDS: &[Entry] = &[
     ("bindAddress", Different, "as `--bind-address`"),
     ("bindAddressHardFail", Honoured, "as `--bind-address-hard-fail`"),
-    ("clientConnection.acceptContentTypes", NoEffect, "JSON"),
+    (
+        "clientConnection.acceptContentTypes",
+        Honoured,
+        "the `Accept` header of lists and watches when set, as client-go's (empty: from `contentType`)",
+    ),
     ("clientConnection.burst", Honoured, "as `--kube-api-burst` (0: 10)"),
-    ("clientConnection.contentType", NoEffect, "JSON"),
+    ("clientConnection.contentType", Honoured, "as `--kube-api-content-type`"),
     ("clientConnection.kubeconfig", Honoured, "as `--kubeconfig` (empty, and no `--master`: in-cluster configuration)"),
     ("clientConnection.qps", Honoured, "as `--kube-api-qps` (0: 5)"),
     ("clusterCIDR", Honoured, "as `--cluster-cidr`"),

@@ -76,14 +76,14 @@ resource!(WatchedSlice, "discovery.k8s.io", "v1", "EndpointSlice", "endpointslic
 /// plus the one label and annotation the records take.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct MetaJson {
-    name: Option<String>,
-    namespace: Option<String>,
-    resource_version: Option<String>,
+pub(crate) struct MetaJson {
+    pub(crate) name: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) resource_version: Option<String>,
     #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
+    pub(crate) labels: Option<BTreeMap<String, String>>,
     #[serde(default, deserialize_with = "trigger_time")]
-    annotations: Option<String>,
+    pub(crate) annotations: Option<String>,
 }
 
 impl MetaJson {
@@ -135,71 +135,71 @@ fn trigger_time<'de, D: Deserializer<'de>>(de: D) -> Result<Option<String>, D::E
 }
 
 #[derive(Deserialize)]
-struct ServiceJson {
+pub(crate) struct ServiceJson {
     #[serde(default)]
-    metadata: MetaJson,
-    spec: Option<ServiceSpecJson>,
-    status: Option<ServiceStatusJson>,
+    pub(crate) metadata: MetaJson,
+    pub(crate) spec: Option<ServiceSpecJson>,
+    pub(crate) status: Option<ServiceStatusJson>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct ServiceSpecJson {
+pub(crate) struct ServiceSpecJson {
     #[serde(rename = "type")]
-    type_: Option<String>,
+    pub(crate) type_: Option<String>,
     #[serde(rename = "clusterIPs")]
-    cluster_ips: Option<Vec<String>>,
+    pub(crate) cluster_ips: Option<Vec<String>>,
     #[serde(rename = "clusterIP")]
-    cluster_ip: Option<String>,
-    ports: Option<Vec<ServicePortJson>>,
+    pub(crate) cluster_ip: Option<String>,
+    pub(crate) ports: Option<Vec<ServicePortJson>>,
     #[serde(rename = "externalIPs")]
-    external_ips: Option<Vec<String>>,
-    load_balancer_source_ranges: Option<Vec<String>>,
-    external_traffic_policy: Option<String>,
-    internal_traffic_policy: Option<String>,
-    session_affinity: Option<String>,
-    session_affinity_config: Option<AffinityConfigJson>,
-    health_check_node_port: Option<i32>,
+    pub(crate) external_ips: Option<Vec<String>>,
+    pub(crate) load_balancer_source_ranges: Option<Vec<String>>,
+    pub(crate) external_traffic_policy: Option<String>,
+    pub(crate) internal_traffic_policy: Option<String>,
+    pub(crate) session_affinity: Option<String>,
+    pub(crate) session_affinity_config: Option<AffinityConfigJson>,
+    pub(crate) health_check_node_port: Option<i32>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ServicePortJson {
-    name: Option<String>,
-    protocol: Option<String>,
+pub(crate) struct ServicePortJson {
+    pub(crate) name: Option<String>,
+    pub(crate) protocol: Option<String>,
     #[serde(default)]
-    port: i32,
-    node_port: Option<i32>,
+    pub(crate) port: i32,
+    pub(crate) node_port: Option<i32>,
 }
 
 #[derive(Deserialize)]
-struct AffinityConfigJson {
+pub(crate) struct AffinityConfigJson {
     #[serde(rename = "clientIP")]
-    client_ip: Option<ClientIpJson>,
+    pub(crate) client_ip: Option<ClientIpJson>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ClientIpJson {
-    timeout_seconds: Option<i32>,
+pub(crate) struct ClientIpJson {
+    pub(crate) timeout_seconds: Option<i32>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ServiceStatusJson {
-    load_balancer: Option<LoadBalancerJson>,
+pub(crate) struct ServiceStatusJson {
+    pub(crate) load_balancer: Option<LoadBalancerJson>,
 }
 
 #[derive(Deserialize)]
-struct LoadBalancerJson {
-    ingress: Option<Vec<IngressJson>>,
+pub(crate) struct LoadBalancerJson {
+    pub(crate) ingress: Option<Vec<IngressJson>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct IngressJson {
-    ip: Option<String>,
-    ip_mode: Option<String>,
+pub(crate) struct IngressJson {
+    pub(crate) ip: Option<String>,
+    pub(crate) ip_mode: Option<String>,
 }
 
 impl From<ServiceJson> for WatchedService {
@@ -252,52 +252,52 @@ impl From<ServiceJson> for WatchedService {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SliceJson {
+pub(crate) struct SliceJson {
     #[serde(default)]
-    metadata: MetaJson,
+    pub(crate) metadata: MetaJson,
     #[serde(default)]
-    address_type: String,
+    pub(crate) address_type: String,
     #[serde(default)]
-    endpoints: Vec<EndpointJson>,
-    ports: Option<Vec<EndpointPortJson>>,
+    pub(crate) endpoints: Vec<EndpointJson>,
+    pub(crate) ports: Option<Vec<EndpointPortJson>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct EndpointJson {
+pub(crate) struct EndpointJson {
     #[serde(default)]
-    addresses: Vec<String>,
-    conditions: Option<ConditionsJson>,
-    node_name: Option<String>,
-    zone: Option<String>,
-    hints: Option<HintsJson>,
+    pub(crate) addresses: Vec<String>,
+    pub(crate) conditions: Option<ConditionsJson>,
+    pub(crate) node_name: Option<String>,
+    pub(crate) zone: Option<String>,
+    pub(crate) hints: Option<HintsJson>,
 }
 
 #[derive(Deserialize)]
-struct ConditionsJson {
-    ready: Option<bool>,
-    serving: Option<bool>,
-    terminating: Option<bool>,
+pub(crate) struct ConditionsJson {
+    pub(crate) ready: Option<bool>,
+    pub(crate) serving: Option<bool>,
+    pub(crate) terminating: Option<bool>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct HintsJson {
-    for_zones: Option<Vec<NamedJson>>,
-    for_nodes: Option<Vec<NamedJson>>,
+pub(crate) struct HintsJson {
+    pub(crate) for_zones: Option<Vec<NamedJson>>,
+    pub(crate) for_nodes: Option<Vec<NamedJson>>,
 }
 
 #[derive(Deserialize)]
-struct NamedJson {
+pub(crate) struct NamedJson {
     #[serde(default)]
-    name: String,
+    pub(crate) name: String,
 }
 
 #[derive(Deserialize)]
-struct EndpointPortJson {
-    name: Option<String>,
-    protocol: Option<String>,
-    port: Option<i32>,
+pub(crate) struct EndpointPortJson {
+    pub(crate) name: Option<String>,
+    pub(crate) protocol: Option<String>,
+    pub(crate) port: Option<i32>,
 }
 
 impl From<SliceJson> for WatchedSlice {

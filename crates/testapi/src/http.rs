@@ -55,6 +55,7 @@ async fn respond(store: Arc<Store>, addr: SocketAddr, req: Request<Incoming>) ->
     let query = Query::parse(&raw_query);
     let header_str = |name| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
     let output = Output::from_accept(header_str(header::ACCEPT).as_deref());
+    let protobuf = crate::protobuf::wanted(header_str(header::ACCEPT).as_deref());
     let content_type = header_str(header::CONTENT_TYPE).unwrap_or_default();
 
     let routed = route(&store, &method, &path, &query);
@@ -81,7 +82,8 @@ async fn respond(store: Arc<Store>, addr: SocketAddr, req: Request<Incoming>) ->
         Ok(body) => body.to_bytes(),
         Err(e) => return error(&ApiError::bad_request(format!("reading the request body failed: {e}"))),
     };
-    match serve(&store, routed, &query, output, &content_type, &body) {
+    let protobuf = protobuf && output == Output::Full && crate::protobuf::served(&routed.ty);
+    match serve(&store, routed, &query, (output, protobuf), &content_type, &body) {
         Ok(response) => response,
         Err(err) => error(&err),
     }
@@ -119,7 +121,7 @@ fn serve(
     store: &Arc<Store>,
     routed: Routed,
     query: &Query,
-    output: Output,
+    (output, protobuf): (Output, bool),
     content_type: &str,
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
@@ -137,15 +139,19 @@ fn serve(
     let (code, value) = match verb {
         Verb::List => {
             let list = list::list(store, (ty_idx, &ty), &filter()?, query, output)?;
+            let (media, body) = match protobuf {
+                true => (crate::protobuf::PROTOBUF, list.protobuf(&ty)),
+                false => ("application/json", list.json()),
+            };
             if store.faults.take_stall(ty_idx) {
-                let body = serde_json::to_vec(&list).expect("JSON values serialize");
-                return Ok(stream_response(crate::faults::stalled(body)));
+                return Ok(stream_response(media, crate::faults::stalled(body)));
             }
-            (200, list)
+            return Ok(bytes_response(200, media, body));
         }
         Verb::Watch => {
-            let chunks = watch::watch(store.clone(), (ty_idx, &ty), filter()?, query, output)?;
-            return Ok(stream_response(chunks));
+            let chunks = watch::watch(store.clone(), (ty_idx, &ty), filter()?, query, (output, protobuf))?;
+            let media = if protobuf { crate::protobuf::PROTOBUF_WATCH } else { "application/json" };
+            return Ok(stream_response(media, chunks));
         }
         Verb::Get => {
             let key = (path.namespace.clone().unwrap_or_default(), path.name.clone().unwrap_or_default());
@@ -162,12 +168,15 @@ fn serve(
     Ok(json_response(code, &value))
 }
 
-/// A 200 JSON response whose body is `chunks`, sent as they come.
-fn stream_response(chunks: impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static) -> Response<Body> {
+/// A 200 response of type `media` whose body is `chunks`, sent as they come.
+fn stream_response(
+    media: &'static str,
+    chunks: impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static,
+) -> Response<Body> {
     let body = StreamBody::new(chunks.map_ok(Frame::data));
     Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_TYPE, media)
         .body(UnsyncBoxBody::new(body))
         .expect("static response parts are valid")
 }
@@ -246,10 +255,13 @@ fn resource_list(types: &[ResourceType], group: &str, version: &str) -> Value {
 }
 
 fn json_response(code: u16, value: &Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(value).expect("JSON values serialize");
+    bytes_response(code, "application/json", serde_json::to_vec(value).expect("JSON values serialize"))
+}
+
+fn bytes_response(code: u16, media: &'static str, bytes: Vec<u8>) -> Response<Body> {
     Response::builder()
         .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_TYPE, media)
         .body(UnsyncBoxBody::new(Full::new(Bytes::from(bytes)).map_err(|never| match never {})))
         .expect("static response parts are valid")
 }

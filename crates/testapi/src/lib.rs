@@ -7,7 +7,9 @@
 //! - one etcd-like, global, monotonically increasing resourceVersion shared by all kinds;
 //! - LIST with label and field selectors, `resourceVersion`/`resourceVersionMatch` semantics
 //!   and `limit`/`continue` pagination over a consistent snapshot;
-//! - WATCH as a chunked stream of JSON lines, replaying from a resourceVersion, with
+//! - JSON, or protobuf for Services, EndpointSlices and Nodes to clients that ask for it
+//!   (`Accept: application/vnd.kubernetes.protobuf`);
+//! - WATCH as a chunked stream of JSON lines (or protobuf frames), replaying from a resourceVersion, with
 //!   bookmarks, `timeoutSeconds`, selector-transition events (an object that stops matching
 //!   is `DELETED`), streaming lists (`sendInitialEvents`), and 410 Expired after compaction;
 //! - GET, POST, PUT, PATCH (merge / strategic-merge / apply, as JSON merge patches), DELETE;
@@ -42,6 +44,7 @@ mod faults;
 mod http;
 mod list;
 mod output;
+mod protobuf;
 mod query;
 mod record;
 mod resource;

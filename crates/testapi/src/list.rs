@@ -1,4 +1,5 @@
-//! LIST: resourceVersion semantics, selectors and `limit`/`continue` pagination.
+//! LIST: resourceVersion semantics, selectors and `limit`/`continue` pagination (of
+//! consistent and exact lists only: lists served from the watch cache come whole).
 //!
 //! Every page of a paginated list is cut from the same snapshot, the one at the RV of the
 //! first page (like etcd range reads at a fixed revision), and the continue token carries
@@ -12,7 +13,8 @@ use crate::query::Query;
 use crate::resource::ResourceType;
 use crate::selector::Filter;
 use crate::status::ApiError;
-use crate::store::{Key, ReadAt, Store, TypeIdx};
+use crate::store::{Key, Obj, ReadAt, Store, TypeIdx};
+use std::sync::Arc;
 
 /// What a continue token encodes, shaped like the real server's
 /// (`{"v":"meta.k8s.io/v1","rv":N,"start":...}`, base64url without padding).
@@ -40,14 +42,52 @@ impl ContinueToken {
     }
 }
 
-/// Serves one LIST request and returns the list object.
+/// One list response: its metadata and objects, encoded as the client asked.
+pub(crate) struct ListPage {
+    api_version: String,
+    kind: String,
+    metadata: Value,
+    items: Vec<Arc<Obj>>,
+    output: Output,
+}
+
+impl ListPage {
+    /// The list as JSON: the objects' JSON as made when they were written (the watch cache's
+    /// way), not serialized again per list.
+    pub fn json(&self) -> Vec<u8> {
+        let head = json!({"apiVersion": self.api_version, "kind": self.kind, "metadata": self.metadata});
+        let mut out = serde_json::to_vec(&head).expect("JSON values serialize");
+        out.pop(); // the closing brace
+        out.extend_from_slice(b",\"items\":[");
+        for (i, obj) in self.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            match self.output {
+                Output::Full => out.extend_from_slice(&obj.json),
+                Output::Metadata => serde_json::to_writer(&mut out, &self.output.object(obj.value.clone()))
+                    .expect("JSON values serialize"),
+            }
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
+
+    /// The list in protobuf (objects of the kinds served in protobuf).
+    pub fn protobuf(&self, ty: &ResourceType) -> Vec<u8> {
+        let items = self.items.iter().map(|o| o.protobuf.clone().unwrap_or_default()).collect();
+        crate::protobuf::list(ty, &self.metadata, items)
+    }
+}
+
+/// Serves one LIST request and returns the list.
 pub(crate) fn list(
     store: &Store,
     (ty_idx, ty): (TypeIdx, &ResourceType),
     filter: &Filter,
     query: &Query,
     output: Output,
-) -> Result<Value, ApiError> {
+) -> Result<ListPage, ApiError> {
     let limit = query.number("limit")?.filter(|&l| l > 0);
     let continue_token = query.get("continue").map(ContinueToken::decode).transpose()?;
     let rv = query.resource_version()?;
@@ -77,6 +117,12 @@ pub(crate) fn list(
         }
     };
 
+    // A list at "any" or "not older than" a resourceVersion is served from the API server's
+    // watch cache, which does not page: it answers with every object at once and ignores
+    // `limit` (the cacher's `shouldDelegateList`: "Serve paginated requests about revision
+    // \"0\" from watch cache"). Consistent and exact lists come from etcd, page by page.
+    let from_cache = continue_token.is_none() && rv.is_some() && matches!(at, ReadAt::Latest { .. });
+    let limit = if from_cache { None } else { limit };
     let resuming = continue_token.is_some();
     let start = continue_token.map(|t| t.start);
     let page = (start.as_ref(), limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX)));
@@ -98,9 +144,9 @@ pub(crate) fn list(
             metadata["remainingItemCount"] = json!(snapshot.remaining);
         }
     }
-    let page: Vec<Value> = snapshot.items.into_iter().map(|(_, obj)| output.object(obj)).collect();
+    let items = snapshot.items.into_iter().map(|(_, obj)| obj).collect();
     let (api_version, kind) = output.list_type(ty);
-    Ok(json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "items": page}))
+    Ok(ListPage { api_version, kind, metadata, items, output })
 }
 
 #[cfg(test)]

@@ -291,7 +291,8 @@ impl TestApiServer {
 
     /// Plays a hostile server: the next watch response of `K` starts with one line of `bytes`
     /// bytes (blanks, then a newline; streamed, never held by the server), then goes on as
-    /// usual. A client that does not bound a line holds all of it.
+    /// usual (in protobuf: a frame whose length says `bytes`). A client that does not bound a
+    /// line holds all of it.
     pub fn send_oversized_line<K: ApiObject>(&self, bytes: u64) {
         let idx = self.inner.store.ensure_type(ResourceType::of::<K>());
         self.inner.store.faults.oversize_next_watch(idx, bytes);

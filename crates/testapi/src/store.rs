@@ -45,12 +45,16 @@ pub(crate) enum ChangeKind {
 pub(crate) struct Obj {
     pub value: Value,
     pub json: Bytes,
+    /// Its protobuf encoding (without its envelope) for the kinds served in protobuf, made
+    /// when it was written, as the JSON is.
+    pub protobuf: Option<Bytes>,
 }
 
 impl Obj {
-    fn new(value: Value) -> Arc<Obj> {
+    pub(crate) fn new(value: Value) -> Arc<Obj> {
         let json = Bytes::from(serde_json::to_vec(&value).expect("JSON values serialize"));
-        Arc::new(Obj { value, json })
+        let protobuf = crate::protobuf::raw(&value).map(Bytes::from);
+        Arc::new(Obj { value, json, protobuf })
     }
 }
 
@@ -103,7 +107,7 @@ pub(crate) enum ReadAt {
 pub(crate) struct Snapshot {
     /// The RV the list was served at.
     pub rv: u64,
-    pub items: Vec<(Key, Value)>,
+    pub items: Vec<(Key, Arc<Obj>)>,
     /// How many more matching objects follow the page (with a selector: 1 when any does).
     pub remaining: usize,
 }
@@ -265,22 +269,22 @@ impl Store {
         // What changed after `at`, undone newest first so the oldest change's `prev` wins:
         // `None` = the key did not exist at `at`. Only these keys differ from the current state,
         // so a page costs O(page + newer history), not O(objects), as with etcd's range reads.
-        let mut undone: BTreeMap<&Key, Option<&Value>> = BTreeMap::new();
+        let mut undone: BTreeMap<&Key, Option<&Arc<Obj>>> = BTreeMap::new();
         for change in st.history.iter().rev().take_while(|c| c.rv > at) {
             if change.ty != ty || !is_after(&change.key) {
                 continue;
             }
             let before = match (&change.kind, &change.prev) {
                 (ChangeKind::Added, _) => None,
-                (_, Some(prev)) => Some(&prev.value),
+                (_, Some(prev)) => Some(prev),
                 (_, None) => unreachable!("modifications and deletions always record the previous object"),
             };
             undone.insert(&change.key, before);
         }
-        let current = st.objects[ty].range((lower, Bound::Unbounded)).map(|(k, s)| (k, Some(&s.value.value)));
+        let current = st.objects[ty].range((lower, Bound::Unbounded)).map(|(k, s)| (k, Some(&s.value)));
         let then = undone.iter().map(|(k, v)| (*k, *v));
         let view = merge_by_key(current, then).filter_map(|(k, v)| v.map(|v| (k, v)));
-        let mut matching = view.filter(|(_, v)| filter.matches(v));
+        let mut matching = view.filter(|(_, v)| filter.matches(&v.value));
         let items = matching.by_ref().take(limit.unwrap_or(usize::MAX)).map(|(k, v)| (k.clone(), v.clone())).collect();
         // With a selector the real server cannot count what is left; it only says whether
         // something is (a continue token), so neither does this.

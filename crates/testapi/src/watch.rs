@@ -80,7 +80,7 @@ pub(crate) fn watch(
     (ty_idx, ty): (TypeIdx, &ResourceType),
     filter: Filter,
     query: &Query,
-    output: Output,
+    (output, protobuf): (Output, bool),
 ) -> Result<impl Stream<Item = io::Result<Bytes>> + Send + 'static, ApiError> {
     // Before Kubernetes 1.27 (or with the WatchList feature off) the server refuses the
     // streaming-list parameters outright.
@@ -113,11 +113,17 @@ pub(crate) fn watch(
         bookmarks: request.bookmarks,
         ty: ty.clone(),
         output,
+        protobuf,
         done: false,
         stall_in,
     };
     let events = futures::stream::unfold(session, |mut s| async move { s.next_chunk().await.map(|chunk| (chunk, s)) });
-    let first = futures::stream::iter(oversized.map(crate::faults::oversized_line)).flatten();
+    // In protobuf, the same fault is a frame whose length says it is that long.
+    let header = oversized
+        .filter(|_| protobuf)
+        .map(|len| Ok(Bytes::copy_from_slice(&(len.min(u64::from(u32::MAX)) as u32).to_be_bytes())));
+    let first = futures::stream::iter(header)
+        .chain(futures::stream::iter(oversized.map(crate::faults::oversized_line)).flatten());
     Ok(first.chain(events))
 }
 
@@ -136,6 +142,8 @@ struct Session {
     next_bookmark: Instant,
     ty: ResourceType,
     output: Output,
+    /// Frames of protobuf events instead of JSON lines.
+    protobuf: bool,
     done: bool,
     /// With a stalled streaming list: how many more initial events are sent before the stall.
     stall_in: Option<usize>,
@@ -204,8 +212,11 @@ impl Session {
         }
     }
 
-    /// Appends the event's line to `out`.
+    /// Appends the event's line (or frame) to `out`.
     fn encode_into(&self, item: WatchItem, out: &mut Vec<u8>) {
+        if self.protobuf {
+            return self.frame_into(item, out);
+        }
         let event = match item {
             WatchItem::Event(kind, object) if self.output == Output::Full => {
                 // The object's JSON was made when it was written (the watch cache's way).
@@ -229,6 +240,22 @@ impl Session {
         };
         serde_json::to_writer(&mut *out, &event).expect("JSON values serialize");
         out.push(b'\n');
+    }
+
+    /// Appends the event's protobuf frame to `out`.
+    fn frame_into(&self, item: WatchItem, out: &mut Vec<u8>) {
+        use crate::protobuf;
+        match item {
+            WatchItem::Event(kind, object) => {
+                // Encoded once per object state, when it was written, as the JSON is.
+                let raw = object.protobuf.clone().unwrap_or_default().to_vec();
+                protobuf::frame(kind, protobuf::envelope(&self.ty.api_version(), &self.ty.kind, raw), out);
+            }
+            WatchItem::Bookmark { rv, initial_end } => {
+                protobuf::frame("BOOKMARK", protobuf::bookmark(&self.ty, rv, initial_end), out);
+            }
+            WatchItem::Error(err) => protobuf::frame("ERROR", protobuf::status(&err), out),
+        }
     }
 }
 

@@ -96,3 +96,53 @@ async fn continue_tokens_page_through_and_expire_with_compaction() {
         other => panic!("expected 400, got {other:?}"),
     }
 }
+
+/// As the real API server: a list at resourceVersion "0" (or "not older than" one) is served
+/// from the watch cache, whole, whatever the `limit`; a consistent list (no resourceVersion)
+/// is served from etcd and paged.
+#[tokio::test]
+async fn lists_from_the_watch_cache_come_whole_and_consistent_lists_page() {
+    let server = TestApiServer::start().await.unwrap();
+    for i in 0..7 {
+        server.apply(service("default", &format!("s{i}"), &[]));
+    }
+    let api = Api::<Service>::all(server.client());
+    // As client-go's reflector asks (kube's `ListParams` drops resourceVersion "0" when a
+    // limit is set, so the request is built by hand).
+    let client = server.client();
+    let raw = |query: &str| {
+        let request = http::Request::get(format!("/api/v1/services?{query}")).body(Vec::new()).unwrap();
+        client.request::<kube::core::ObjectList<Service>>(request)
+    };
+    let cached = within("list", raw("limit=2&resourceVersion=0")).await.unwrap();
+    assert_eq!((cached.items.len(), cached.metadata.continue_), (7, None));
+    let not_older = within("list", raw("limit=2&resourceVersion=1&resourceVersionMatch=NotOlderThan")).await.unwrap();
+    assert_eq!((not_older.items.len(), not_older.metadata.continue_), (7, None));
+
+    let consistent = within("list", api.list(&ListParams::default().limit(2))).await.unwrap();
+    assert_eq!(consistent.items.len(), 2);
+    assert!(consistent.metadata.continue_.is_some());
+    // An exact resourceVersion with a limit is served from etcd too (paged).
+    let rv = consistent.metadata.resource_version.clone().unwrap();
+    let exact = within("list", api.list(&ListParams::default().limit(2).at(&rv))).await.unwrap();
+    assert_eq!(exact.items.len(), 2);
+
+    // kube's watcher with "any" semantics, as client-go's reflector lists: one request.
+    server.clear_requests();
+    let mut config = watcher::Config::default().any_semantic();
+    config.page_size = None;
+    let mut stream = watcher(api.clone(), config).boxed();
+    let mut errors = Vec::new();
+    let mut listed = 0;
+    loop {
+        match next_event(&mut stream, &mut errors).await {
+            watcher::Event::InitApply(_) => listed += 1,
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(listed, 7);
+    let lists: Vec<_> = server.requests().into_iter().filter(|r| r.is_list_of("/api/v1/services")).collect();
+    assert_eq!(lists.len(), 1, "{lists:#?}");
+    assert_eq!(lists[0].param("resourceVersion").as_deref(), Some("0"));
+}

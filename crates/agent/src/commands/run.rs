@@ -196,8 +196,13 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
                 timeout,
             ))?;
             rt.spawn(crate::events::publish_events(events, node.clone(), notice_rx));
-            let bounds = verdict_controller::watch::WatchBounds { list_progress: timeout };
-            rt.spawn(async move { verdict_controller::watch::watch_bounded(client, &node, tx, bounds).await });
+            use verdict_controller::watch::{ContentTypes, WatchBounds, WatchOptions};
+            let options = WatchOptions {
+                bounds: WatchBounds { list_progress: timeout },
+                content: ContentTypes::new(&api.content_type, &api.accept_content_types),
+            };
+            tracing::info!(accept = options.content.accept(), "API content types");
+            rt.spawn(async move { verdict_controller::watch::watch_with(client, &node, tx, options).await });
         }
     }
 

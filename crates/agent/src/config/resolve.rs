@@ -44,8 +44,10 @@ pub struct ApiClient {
     pub qps: f64,
     /// Burst.
     pub burst: u32,
-    /// The content type asked for.
+    /// The content type asked for (`--kube-api-content-type`).
     pub content_type: String,
+    /// The content types accepted (`clientConnection.acceptContentTypes`; empty: unset).
+    pub accept_content_types: String,
 }
 
 /// Everything upstream's configuration decides, checked.
@@ -245,6 +247,7 @@ pub fn settings(c: &KubeProxyConfiguration) -> Result<Settings, ConfigError> {
         qps,
         burst: non_negative("--kube-api-burst", cc.and_then(|c| c.burst))?,
         content_type: cc.and_then(|c| c.content_type.clone()).unwrap_or_default(),
+        accept_content_types: cc.and_then(|c| c.accept_content_types.clone()).unwrap_or_default(),
     };
     let oom_score_adj = c.oom_score_adj.unwrap_or(-999);
     if !(-1000..=1000).contains(&oom_score_adj) {

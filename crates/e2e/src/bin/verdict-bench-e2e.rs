@@ -5,13 +5,18 @@
 //!
 //! ```text
 //! verdict-bench-e2e --verdict PATH [--baseline PATH] [--points 1000x10,10000x2,...] [--settle S] [--out DIR]
+//! verdict-bench-e2e --verdict PATH --api [--points 10000x10,100000x10] [--settle S] [--out DIR]
 //! ```
+//!
+//! `--api`: instead, cold starts side by side with streaming lists and with lists at
+//! resourceVersion "0" (the API server refusing streaming lists), each in JSON and in protobuf:
+//! time to programmed, API bytes and requests per start.
 
 use anyhow::{Context, Result, bail};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use verdict_e2e::endtoend::plot::{Series, svg};
-use verdict_e2e::endtoend::{Outcome, Point, measure};
+use verdict_e2e::endtoend::{ApiVariant, Outcome, Point, Start, measure, measure_api};
 
 struct Args {
     verdict: PathBuf,
@@ -19,17 +24,20 @@ struct Args {
     points: Vec<Point>,
     settle: std::time::Duration,
     out: PathBuf,
+    api: bool,
 }
 
 fn parse_args() -> Result<Args> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let get = |name: &str| argv.iter().position(|a| a == name).and_then(|i| argv.get(i + 1)).cloned();
     for a in argv.iter().filter(|a| a.starts_with("--")) {
-        if !["--verdict", "--baseline", "--points", "--settle", "--out"].contains(&a.as_str()) {
+        if !["--verdict", "--baseline", "--points", "--settle", "--out", "--api"].contains(&a.as_str()) {
             bail!("unknown argument {a}");
         }
     }
-    let points = get("--points").unwrap_or_else(|| "1000x10,10000x2,10000x10,20000x10,100000x10".into());
+    let api = argv.iter().any(|a| a == "--api");
+    let default_points = if api { "10000x10,100000x10" } else { "1000x10,10000x2,10000x10,20000x10,100000x10" };
+    let points = get("--points").unwrap_or_else(|| default_points.into());
     Ok(Args {
         verdict: get("--verdict").context("--verdict PATH is required")?.into(),
         baseline: get("--baseline").map(PathBuf::from),
@@ -38,6 +46,7 @@ fn parse_args() -> Result<Args> {
             get("--settle").map_or(Ok(15.0), |s| s.parse()).context("--settle")?,
         ),
         out: get("--out").unwrap_or_else(|| "target/bench".into()).into(),
+        api,
     })
 }
 
@@ -75,6 +84,9 @@ fn main() -> Result<()> {
     );
     std::fs::create_dir_all(&args.out)?;
     let workdir = std::env::temp_dir();
+    if args.api {
+        return api_report(&args, &workdir);
+    }
     let mut ours = Vec::new();
     let mut base = Vec::new();
     println!("{HEADER}");
@@ -127,5 +139,43 @@ fn write_plots(args: &Args, ours: &[Outcome], base: &[Outcome]) -> Result<()> {
     std::fs::write(args.out.join("e2e-time.svg"), svg(title, "Services (10 endpoints each)", "seconds", &time))?;
     let title = "verdict run: memory";
     std::fs::write(args.out.join("e2e-rss.svg"), svg(title, "Services (10 endpoints each)", "MiB", &rss))?;
+    Ok(())
+}
+
+const API_HEADER: &str = "| Services x endpoints | lists | encoding | start -> programmed s | vs streaming JSON | API MB sent | vs JSON | requests (lists+watches) | peak RSS MiB |\n|---|---|---|---:|---:|---:|---:|---:|---:|";
+
+fn api_row(point: Point, v: ApiVariant, s: &Start, reference: &Start, json: &Start) -> String {
+    format!(
+        "| {point} | {} | {} | {:.2} | {:+.0}% | {:.1} | {:.0}% | {}+{} | {:.0} |",
+        if v.streaming { "streaming" } else { "rv=0 list" },
+        if v.protobuf { "protobuf" } else { "JSON" },
+        s.programmed_s,
+        100.0 * (s.programmed_s / reference.programmed_s - 1.0),
+        s.bytes as f64 / 1e6,
+        100.0 * s.bytes as f64 / json.bytes as f64,
+        s.lists,
+        s.watches,
+        s.peak_rss_mib,
+    )
+}
+
+/// `--api`: the four ways to start, at each point, side by side.
+fn api_report(args: &Args, workdir: &std::path::Path) -> Result<()> {
+    println!("{API_HEADER}");
+    let mut report = format!("{API_HEADER}\n");
+    for &point in &args.points {
+        let runs = measure_api(&args.verdict, workdir, point, &ApiVariant::ALL, args.settle)?;
+        let find = |streaming: bool, protobuf: bool| {
+            &runs.iter().find(|(v, _)| v.streaming == streaming && v.protobuf == protobuf).expect("every variant ran").1
+        };
+        let reference = find(true, false);
+        for (v, s) in &runs {
+            let line = api_row(point, *v, s, reference, find(v.streaming, false));
+            println!("{line}");
+            let _ = writeln!(report, "{line}");
+        }
+    }
+    std::fs::write(args.out.join("e2e-api.md"), &report)?;
+    println!("\nreport in {}", args.out.join("e2e-api.md").display());
     Ok(())
 }

@@ -170,3 +170,49 @@ pub fn start(
     let log = daemon.log_tail(200);
     Ok(Start { saved_state: agent::saved_state(&log), heap_mib: agent::heap_after_sync(&log), ..out })
 }
+
+/// How a start lists and what it asks the API server for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiVariant {
+    /// The API server offers streaming lists (else it refuses them, and the agent lists at
+    /// resourceVersion "0").
+    pub streaming: bool,
+    /// The agent asks for protobuf (kube-proxy's default), else JSON.
+    pub protobuf: bool,
+}
+
+impl ApiVariant {
+    /// Streaming or rv=0 lists, JSON or protobuf: the four.
+    pub const ALL: [ApiVariant; 4] = [
+        ApiVariant { streaming: true, protobuf: false },
+        ApiVariant { streaming: true, protobuf: true },
+        ApiVariant { streaming: false, protobuf: false },
+        ApiVariant { streaming: false, protobuf: true },
+    ];
+}
+
+/// Cold starts of `verdict` against one test API server holding `point`, one per variant;
+/// the table is deleted between them, so each start is cold.
+pub fn measure_api(
+    verdict: &Path,
+    workdir: &Path,
+    point: Point,
+    variants: &[ApiVariant],
+    settle: Duration,
+) -> Result<Vec<(ApiVariant, Start)>> {
+    let lab = ApiLab::new("e2eapi")?;
+    load(&lab, point);
+    let kubeconfig = workdir.join(format!("kubeconfig-{}", lab.ns.name()));
+    lab.server.write_kubeconfig(&kubeconfig)?;
+    let mut out = Vec::new();
+    for &v in variants {
+        lab.server.set_streaming_lists(v.streaming);
+        let content_type = if v.protobuf { "application/vnd.kubernetes.protobuf" } else { "application/json" };
+        let started = start(&lab, verdict, &kubeconfig, point, &["--kube-api-content-type", content_type], settle);
+        // What it left is deleted: the next start is cold.
+        let _ = lab.ns.exec(&["nft", "delete", "table", "inet", "kube-proxy"]);
+        out.push((v, started.with_context(|| format!("{v:?} at {point}"))?));
+    }
+    let _ = std::fs::remove_file(&kubeconfig);
+    Ok(out)
+}

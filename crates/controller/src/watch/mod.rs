@@ -1,10 +1,17 @@
-//! Watching the API server: kube-rs watchers for Services, EndpointSlices and this Node,
-//! translated into [`Event`]s as they arrive.
+//! Watching the API server: Services, EndpointSlices and this Node through verdict's own
+//! reflector ([`reflector`]: protobuf or JSON, as negotiated), ServiceCIDRs through a kube-rs
+//! watcher (JSON), translated into [`Event`]s as they arrive.
 //!
 //! The watchers keep no copy of the Kubernetes objects: each one is translated at once into
 //! the model's much smaller source record, and the model cache is the store. A relist (after a
-//! dropped watch or 410 Gone) arrives as `Init`, `InitApply`..., `InitDone`, which becomes
-//! [`Event::InitStart`] / [`Event::Apply`] / [`Event::InitDone`]: nothing is flushed.
+//! dropped watch or 410 Gone) arrives as [`Event::InitStart`] / [`Event::Apply`]... /
+//! [`Event::InitDone`]: nothing is flushed.
+
+pub mod proto;
+pub mod reflector;
+#[cfg(test)]
+mod tests;
+pub mod wire;
 
 use crate::decode::{WatchedService, WatchedSlice};
 use crate::event::{Event, Kind, Object};
@@ -65,9 +72,6 @@ fn streaming_refused(e: &watcher::Error) -> bool {
     matches!(code, 400 | 422)
 }
 
-/// How many objects one page of a paged list holds, where streaming lists are not offered.
-const PAGE_SIZE: u32 = 500;
-
 /// Bounds on the lists the watchers make (the API client bounds each request: see the agent's
 /// `api_bounds`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,11 +111,19 @@ async fn run<K, F>(
     F: Fn(K) -> Object,
 {
     // A streaming list (a watch with `sendInitialEvents`) costs the API server one request
-    // served from its watch cache, and arrives object by object; paged lists are the fallback.
+    // served from its watch cache, and arrives object by object. The fallback lists at
+    // resourceVersion "0" as client-go's reflector does: the API server answers it from its
+    // watch cache too, in one response (kube's `ListParams` sends no resourceVersion "0"
+    // with a limit, so none is set; a consistent list paged 500 at a time cost one
+    // rate-limited request per page: 80 s at 100k Services).
     let start = |streaming: bool| {
         let config = match streaming {
             true => config.clone().streaming_lists(),
-            false => config.clone().page_size(PAGE_SIZE),
+            false => {
+                let mut config = config.clone().any_semantic();
+                config.page_size = None;
+                config
+            }
         };
         watcher(api.clone(), config).default_backoff().boxed()
     };
@@ -163,39 +175,118 @@ async fn run<K, F>(
     }
 }
 
-/// Watches everything the node needs until the sync loop goes away, with the default bounds.
+/// Watches everything the node needs until the sync loop goes away, with the default bounds
+/// and content types.
 pub async fn watch(client: Client, node_name: &str, tx: SyncSender<Event>) {
-    watch_bounded(client, node_name, tx, WatchBounds::default()).await;
+    watch_with(client, node_name, tx, WatchOptions::default()).await;
+}
+
+/// Watches everything the node needs until the sync loop goes away, with the default content
+/// types.
+pub async fn watch_bounded(client: Client, node_name: &str, tx: SyncSender<Event>, bounds: WatchBounds) {
+    watch_with(client, node_name, tx, WatchOptions { bounds, ..WatchOptions::default() }).await;
+}
+
+/// How the watchers ask.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// The bounds on lists.
+    pub bounds: WatchBounds,
+    /// The content types asked for.
+    pub content: ContentTypes,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions { bounds: WatchBounds::default(), content: ContentTypes::new(wire::PROTOBUF, "") }
+    }
+}
+
+/// The `Accept` header of lists and watches, from kube-proxy's `clientConnection.contentType`
+/// (`--kube-api-content-type`) and `acceptContentTypes`, as client-go makes it: the accepted
+/// types when given; else protobuf first with JSON as the fallback (the API server answers
+/// JSON for what it has no protobuf for) when the content type is protobuf; else JSON.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContentTypes {
+    accept: String,
+}
+
+impl ContentTypes {
+    /// From `contentType` and `acceptContentTypes` (empty: not set).
+    pub fn new(content_type: &str, accept_content_types: &str) -> ContentTypes {
+        let (content_type, accepted) = (content_type.trim(), accept_content_types.trim());
+        let accept = match () {
+            _ if !accepted.is_empty() => accepted.to_string(),
+            _ if content_type.starts_with(wire::PROTOBUF) => format!("{}, application/json", wire::PROTOBUF),
+            _ => "application/json".to_string(),
+        };
+        ContentTypes { accept }
+    }
+
+    /// The `Accept` header.
+    pub fn accept(&self) -> &str {
+        &self.accept
+    }
+}
+
+impl reflector::Reflected for WatchedService {
+    const SOURCE: Kind = Kind::Service;
+    const PATH: &'static str = "/api/v1/services";
+    fn into_object(self) -> Object {
+        Object::Service(self.record)
+    }
+}
+
+impl wire::Decoded for WatchedService {
+    type Proto = proto::Service;
+    const KIND: &'static str = "Service";
+}
+
+impl reflector::Reflected for WatchedSlice {
+    const SOURCE: Kind = Kind::EndpointSlice;
+    const PATH: &'static str = "/apis/discovery.k8s.io/v1/endpointslices";
+    fn into_object(self) -> Object {
+        Object::EndpointSlice(self.record)
+    }
+}
+
+impl wire::Decoded for WatchedSlice {
+    type Proto = proto::EndpointSlice;
+    const KIND: &'static str = "EndpointSlice";
+}
+
+impl reflector::Reflected for Node {
+    const SOURCE: Kind = Kind::Node;
+    const PATH: &'static str = "/api/v1/nodes";
+    fn into_object(self) -> Object {
+        Object::Node(translate::node(&self))
+    }
+}
+
+impl wire::Decoded for Node {
+    type Proto = proto::Node;
+    const KIND: &'static str = "Node";
 }
 
 /// Watches everything the node needs until the sync loop goes away.
-pub async fn watch_bounded(client: Client, node_name: &str, tx: SyncSender<Event>, bounds: WatchBounds) {
+pub async fn watch_with(client: Client, node_name: &str, tx: SyncSender<Event>, options: WatchOptions) {
     // Services handed to another proxy, and headless Services, with their slices, are left
     // out by the API server (upstream kube-proxy's selector; manifests apply the same rule).
     let selector = verdict_model::proxied_services_selector();
+    let target = |labels: Option<String>, fields: Option<String>| reflector::Target {
+        labels,
+        fields,
+        accept: options.content.accept().to_string(),
+    };
+    let bounds = options.bounds;
     // Services and slices are decoded straight into source records (see `crate::decode`).
-    let services = run(
-        Api::<WatchedService>::all(client.clone()),
-        watcher::Config::default().labels(&selector),
-        Kind::Service,
+    let services =
+        reflector::reflect::<WatchedService>(client.clone(), target(Some(selector.clone()), None), tx.clone(), bounds);
+    let slices = reflector::reflect::<WatchedSlice>(client.clone(), target(Some(selector), None), tx.clone(), bounds);
+    let node = reflector::reflect::<Node>(
+        client.clone(),
+        target(None, Some(format!("metadata.name={node_name}"))),
         tx.clone(),
-        |s: WatchedService| Object::Service(s.record),
-        bounds,
-    );
-    let slices = run(
-        Api::<WatchedSlice>::all(client.clone()),
-        watcher::Config::default().labels(&selector),
-        Kind::EndpointSlice,
-        tx.clone(),
-        |e: WatchedSlice| Object::EndpointSlice(e.record),
-        bounds,
-    );
-    let node = run(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default().fields(&format!("metadata.name={node_name}")),
-        Kind::Node,
-        tx.clone(),
-        |n: Node| Object::Node(translate::node(&n)),
         bounds,
     );
     let service_cidrs = watch_service_cidrs(client, tx, bounds);
