@@ -179,22 +179,13 @@ pub fn run(mut cfg: RunConfig, log_format: crate::cli::LogFormat) -> Result<()> 
         Source::ApiServer { kubeconfig, master } => {
             let api = &cfg.settings.api;
             let timeout = cfg.api_timeout;
-            let client = rt.block_on(crate::kube::client(
-                kubeconfig.as_deref(),
-                master.as_deref(),
-                api.qps,
-                api.burst,
-                timeout,
-            ))?;
+            let new_client = || {
+                rt.block_on(crate::kube::client(kubeconfig.as_deref(), master.as_deref(), api.qps, api.burst, timeout))
+            };
+            let client = new_client()?;
             // Events get a client of their own, with its own request budget (as upstream's
             // event client): a burst of them never delays a watch or a relist.
-            let events = rt.block_on(crate::kube::client(
-                kubeconfig.as_deref(),
-                master.as_deref(),
-                api.qps,
-                api.burst,
-                timeout,
-            ))?;
+            let events = new_client()?;
             rt.spawn(crate::events::publish_events(events, node.clone(), notice_rx));
             use verdict_controller::watch::{ContentTypes, WatchBounds, WatchOptions};
             let options = WatchOptions {
