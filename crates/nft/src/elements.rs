@@ -1,13 +1,8 @@
-//! The elements of one set or map, kept as compactly as their shape allows.
-//!
-//! At 10^6 elements the container is the largest thing the agent holds. Every element of a
-//! kernel set has a key of the same length, and in a map data of the same kind (a verdict, or
-//! a value of one length), so an [`ElementMap`] keeps them as packed records in sorted chunks:
-//! an IPv4 endpoint slot (16-byte key, 8-byte value, a comment shared with its neighbours,
-//! see [`comments`]) costs 26 bytes instead of the 89 of a `BTreeMap<Blob, Elem>` entry, and
-//! a hairpin pair (8-byte key) 8 instead of 33. Elements that do not fit one shape (only a foreign table read back could hold them)
-//! are kept in a plain `BTreeMap`. Either way it reads as a sorted map; values come out by
-//! value (a [`Blob`] is `Copy`, an [`Elem`] holds reference-counted strings).
+//! The elements of one set or map, kept as compactly as their shape allows: at 10^6 elements
+//! the largest thing the agent holds. A set's keys, and a map's data, share one length, so an
+//! [`ElementMap`] keeps packed records in sorted chunks (an IPv4 endpoint slot 26 bytes, not the
+//! 89 of a `BTreeMap<Blob, Elem>` entry; see [`comments`]); mixed shapes (only a foreign table
+//! read back has them) go in a plain `BTreeMap`. Either way it reads as a sorted map.
 
 mod comments;
 
