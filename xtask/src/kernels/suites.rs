@@ -35,6 +35,7 @@ pub const ALL: &[&str] = &[
     "kernel_ruleset",
     "kernel_incremental",
     "kernel_counters",
+    "coldstart",
     "chain_deletion",
     "packets_core",
     "packets_scale",
