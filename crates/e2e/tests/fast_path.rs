@@ -20,8 +20,10 @@ use verdict_e2e::require_flowtable;
 use verdict_e2e::scenario::{Cond, Eps, Lab, Svc};
 use verdict_nft::text;
 
-/// Where the stream servers listen in the pods (the echo servers hold 8080 and 9090).
-const STREAM_PORT: u16 = 7070;
+/// Where the stream servers listen in the pods: a port the echo servers do not hold (8080,
+/// 9090 and their sessions port).
+const STREAM_PORT: u16 = 7171;
+const _: () = assert!(STREAM_PORT != verdict_e2e::topology::SESSION_PORT);
 
 fn lab(tag: &str) -> Lab {
     let mut lab = Lab::new(tag, Path::new(env!("CARGO_BIN_EXE_verdict-echo"))).expect("build the lab");
