@@ -18,6 +18,8 @@ pub struct Netns {
 impl Netns {
     /// Creates `vd-<tag>-<pid>-<n>` with its loopback up.
     pub fn new(tag: &str) -> Result<Netns> {
+        static SWEEP: std::sync::Once = std::sync::Once::new();
+        SWEEP.call_once(remove_orphans);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("vd-{tag}-{}-{n}", std::process::id());
         if name.len() > 60 {
@@ -170,6 +172,21 @@ impl Drop for Netns {
             let _ = child.wait();
         }
         let _ = Command::new("ip").args(["netns", "del", &self.name]).stderr(Stdio::null()).status();
+    }
+}
+
+/// Deletes the namespaces a killed test process left (`vd-<tag>-<pid>-<n>` whose process is
+/// gone): a process killed by a signal or a timeout runs no `Drop`. Namespaces of running test
+/// processes are left alone.
+fn remove_orphans() {
+    let Ok(out) = run(&["ip", "netns", "list"]) else { return };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next().filter(|n| n.starts_with("vd-")) else { continue };
+        let Some(pid) = name.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("removing network namespace {name}, left by process {pid}, which is gone");
+            let _ = run(&["ip", "netns", "del", name]);
+        }
     }
 }
 
