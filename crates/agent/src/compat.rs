@@ -308,12 +308,12 @@ pub const METRICS: &[Entry] = &[
     ("registered_metrics_total", NoEffect, "component-base's; not served"),
     ("disabled_metrics_total", NoEffect, "component-base's; not served"),
     ("hidden_metrics_total", NoEffect, "component-base's; not served"),
-    ("kubernetes_build_info", NoEffect, "not served (`--version` says verdict's)"),
+    ("kubernetes_build_info", Honoured, "component-base's labels, with verdict's version (`go_version=\"rust\"`)"),
     ("kubernetes_feature_enabled", NoEffect, "not served: verdict has no gates"),
     (
         "rest_client_*",
-        NoEffect,
-        "client-go's; not served (`verdict_api_stalls_total` and `verdict_api_progress_timestamp_seconds` say how lists and watches fare)",
+        Honoured,
+        "client-go's names, labels and buckets: requests by code, host and method; duration, request and response size; rate-limiter wait",
     ),
 ];
 
