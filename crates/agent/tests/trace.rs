@@ -515,7 +515,9 @@ fn an_ipv6_connection_to_a_clusterip_is_traced_to_the_endpoint_that_answered() {
     let ns = Netns::new("trv6").unwrap();
     ns.ip(&["-6", "route", "add", "fd00:172:30::/64", "dev", "lo"]).unwrap();
     for ep in EPS6 {
-        ns.ip(&["-6", "addr", "add", &format!("{ep}/128"), "dev", "lo"]).unwrap();
+        // `nodad`: even on lo an address is tentative until the DAD work runs, and binding a
+        // tentative address fails with EADDRNOTAVAIL (seen in CI under load).
+        ns.ip(&["-6", "addr", "add", &format!("{ep}/128"), "dev", "lo", "nodad"]).unwrap();
         let listener = ns.run(|| TcpListener::bind(format!("[{ep}]:8080"))).unwrap();
         std::thread::spawn(move || {
             for mut conn in listener.incoming().flatten() {

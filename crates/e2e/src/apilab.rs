@@ -100,7 +100,9 @@ impl ApiLab {
             (false, None) => rt.block_on(rt.spawn(TestApiServer::start()))??,
             (tls, Some(ip)) => {
                 let prefix = if ip.is_ipv6() { 128 } else { 32 };
-                ns.ip(&["addr", "add", &format!("{ip}/{prefix}"), "dev", "lo"])?;
+                // `nodad`: a tentative IPv6 address cannot be bound (EADDRNOTAVAIL).
+                let nodad: &[&str] = if ip.is_ipv6() { &["nodad"] } else { &[] };
+                ns.ip(&[&["addr", "add", &format!("{ip}/{prefix}"), "dev", "lo"][..], nodad].concat())?;
                 let addr = std::net::SocketAddr::new(ip, 0);
                 match tls {
                     true => rt.block_on(rt.spawn(TestApiServer::start_tls_on(addr)))??,
