@@ -7,6 +7,9 @@
 //! dropped watch or 410 Gone) arrives as [`Event::InitStart`] / [`Event::Apply`]... /
 //! [`Event::InitDone`]: nothing is flushed.
 
+pub mod list_stream;
+#[cfg(test)]
+mod list_tests;
 pub mod proto;
 pub mod reflector;
 #[cfg(test)]

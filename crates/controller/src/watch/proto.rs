@@ -29,6 +29,9 @@ pub enum ProtoError {
     /// The bytes are no valid message of the type.
     #[error("protobuf: {0}")]
     Decode(#[from] prost::DecodeError),
+    /// A list's fields are not what the encoding allows.
+    #[error("protobuf list: {0}")]
+    List(String),
     /// The envelope holds another kind than expected.
     #[error("expected a {expected}, got a {got:?}")]
     Kind {

@@ -4,7 +4,8 @@
 //! - a streaming list (a watch with `sendInitialEvents`, ended by the bookmark annotated
 //!   `k8s.io/initial-events-end`), or where the API server refuses those, a list at
 //!   resourceVersion "0" with a limit of 500, which the API server answers from its watch
-//!   cache whole (it pages only where it serves the list from etcd);
+//!   cache whole (it pages only where it serves the list from etcd), decoded object by
+//!   object as it arrives;
 //! - then a watch from the list's resourceVersion, with bookmarks; a watch that ends is made
 //!   again from the last resourceVersion seen; 410 Gone lists again;
 //! - failures are retried with backoff (0.8 s doubling to 30 s, as kube's default), and a list
@@ -18,6 +19,7 @@ use std::fmt::Write;
 use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
+use super::list_stream::ListStream;
 use super::wire::{self, Decoded, Encoding, Framer, Status, WatchEvent, WireError};
 use super::{WatchBounds, label, send};
 use crate::event::{Event, Kind, Object};
@@ -152,6 +154,20 @@ impl<K: Decoded> Events<K> {
     }
 }
 
+/// The next objects of a list response (at least one), or `None` at its end.
+async fn next_objects<K: Decoded>(
+    response: &mut Response,
+    page: &mut ListStream<K>,
+) -> Result<Option<Vec<K>>, Failure> {
+    while let Some(chunk) = response.chunk().await? {
+        let items = page.push(&chunk)?;
+        if !items.is_empty() {
+            return Ok(Some(items));
+        }
+    }
+    Ok(None)
+}
+
 fn object_name<K: kube::Resource>(o: &K) -> (String, String) {
     let meta = o.meta();
     (meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
@@ -195,30 +211,28 @@ impl<K: Reflected> Reflector<'_, K> {
     }
 
     /// A list at resourceVersion "0", page by page where the server pages; the list's
-    /// resourceVersion.
+    /// resourceVersion. Each page's objects go to the sync loop as they arrive (see
+    /// [`ListStream`]): a list from the watch cache is the whole collection in one response.
     async fn list(&self) -> Result<String, Failure> {
         let mut query = format!("resourceVersion=0&limit={PAGE_SIZE}");
         self.send(Event::InitStart(K::SOURCE)).await?;
         loop {
-            let page = self
-                .progress(async {
-                    let response = self.get(&query).await?;
-                    let encoding = response.encoding;
-                    let body = response.whole().await?;
-                    Ok(wire::page::<K>(encoding, &body)?)
-                })
-                .await?;
-            for item in page.items {
-                self.send(Event::Apply(item.into_object())).await?;
+            let mut response = self.progress(self.get(&query)).await?;
+            let mut page = ListStream::<K>::new(response.encoding);
+            while let Some(items) = self.progress(next_objects(&mut response, &mut page)).await? {
+                for item in items {
+                    self.send(Event::Apply(item.into_object())).await?;
+                }
             }
-            match page.continue_token {
+            let end = page.finish()?;
+            match end.continue_token {
                 Some(token) => {
                     let token = form_urlencoded::byte_serialize(token.as_bytes()).collect::<String>();
                     query = format!("limit={PAGE_SIZE}&continue={token}");
                 }
                 None => {
                     self.send(Event::InitDone(K::SOURCE)).await?;
-                    return Ok(page.resource_version);
+                    return Ok(end.resource_version);
                 }
             }
         }

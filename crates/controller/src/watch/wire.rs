@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
+use super::list_stream::ListStream;
 use super::proto::{self, ProtoError};
 
 /// The longest watch event (line or frame), as client-go's streaming decoder: 16 MiB.
@@ -87,55 +88,12 @@ pub struct Page<K> {
     pub continue_token: Option<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ListMetaJson {
-    resource_version: Option<String>,
-    #[serde(rename = "continue")]
-    continue_: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(bound = "K: DeserializeOwned")]
-struct ListJson<K> {
-    metadata: Option<ListMetaJson>,
-    #[serde(default = "Vec::new", deserialize_with = "null_as_empty")]
-    items: Vec<K>,
-}
-
-fn null_as_empty<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(de: D) -> Result<Vec<T>, D::Error> {
-    Ok(Option::<Vec<T>>::deserialize(de)?.unwrap_or_default())
-}
-
-/// A list response.
+/// A list response read whole (see [`ListStream`] for one read as it arrives).
 pub fn page<K: Decoded>(encoding: Encoding, body: &[u8]) -> Result<Page<K>, WireError> {
-    let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
-    match encoding {
-        Encoding::Json => {
-            let list: ListJson<K> = serde_json::from_slice(body)?;
-            let meta = list.metadata.unwrap_or(ListMetaJson { resource_version: None, continue_: None });
-            Ok(Page {
-                items: list.items,
-                resource_version: meta.resource_version.unwrap_or_default(),
-                continue_token: non_empty(meta.continue_),
-            })
-        }
-        Encoding::Protobuf => {
-            let list_kind = format!("{}List", K::KIND);
-            let (kind, raw) = proto::unwrap_envelope(body)?;
-            if kind != list_kind {
-                return Err(ProtoError::Kind { expected: "a list", got: kind }.into());
-            }
-            let list = proto::List::decode(raw)?;
-            let meta = list.metadata.unwrap_or_default();
-            let items = list.items.iter().map(|b| K::from_proto(b)).collect::<Result<_, _>>()?;
-            Ok(Page {
-                items,
-                resource_version: meta.resource_version.unwrap_or_default(),
-                continue_token: non_empty(meta.continue_),
-            })
-        }
-    }
+    let mut list = ListStream::new(encoding);
+    let items = list.push(body)?;
+    let end = list.finish()?;
+    Ok(Page { items, resource_version: end.resource_version, continue_token: end.continue_token })
 }
 
 /// One watch event.
