@@ -205,12 +205,23 @@ pub fn measure_api(
     let kubeconfig = workdir.join(format!("kubeconfig-{}", lab.ns.name()));
     lab.server.write_kubeconfig(&kubeconfig)?;
     let mut out = Vec::new();
-    for &v in variants {
+    // Each start gets a state directory of its own: one shared (or the default) hands the
+    // state the last start saved to the next, which reads it in (at 100k, 140 MiB and 0.2 s
+    // that a cold start does not have).
+    let has_state_dir = supports(verdict, "--state-dir");
+    for (i, &v) in variants.iter().enumerate() {
         lab.server.set_streaming_lists(v.streaming);
         let content_type = if v.protobuf { "application/vnd.kubernetes.protobuf" } else { "application/json" };
-        let started = start(&lab, verdict, &kubeconfig, point, &["--kube-api-content-type", content_type], settle);
+        let state = workdir.join(format!("state-{}-{i}", lab.ns.name()));
+        let state_s = state.display().to_string();
+        let mut args = vec!["--kube-api-content-type", content_type];
+        if has_state_dir {
+            args.extend(["--state-dir", state_s.as_str()]);
+        }
+        let started = start(&lab, verdict, &kubeconfig, point, &args, settle);
         // What it left is deleted: the next start is cold.
         let _ = lab.ns.exec(&["nft", "delete", "table", "inet", "kube-proxy"]);
+        let _ = std::fs::remove_dir_all(&state);
         out.push((v, started.with_context(|| format!("{v:?} at {point}"))?));
     }
     let _ = std::fs::remove_file(&kubeconfig);
