@@ -199,3 +199,28 @@ fn an_object_longer_than_the_limit_is_refused_before_it_is_held() {
     let mut list = ListStream::<WatchedService>::new(Encoding::Protobuf);
     assert!(matches!(list.push(&body), Err(WireError::TooLong)));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+    /// A hostile or broken API server's bytes: a list with bytes overwritten, cut short, in any
+    /// chunking, is read or refused, and never panics the decoder.
+    #[test]
+    fn any_bytes_in_any_chunking_are_read_or_refused(
+        flips in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 0..8),
+        protobuf in proptest::prelude::any::<bool>(),
+        chunk in 1usize..300,
+        cut in proptest::prelude::any::<proptest::sample::Index>(),
+    ) {
+        let (encoding, mut body) = match protobuf {
+            true => (Encoding::Protobuf, protobuf_list(3, "ServiceList")),
+            false => (Encoding::Json, json_list(false)),
+        };
+        for (at, byte) in flips {
+            let i = at.index(body.len());
+            body[i] = byte;
+        }
+        let end = cut.index(body.len() + 1);
+        let _ = read(encoding, &body[..end], chunk);
+    }
+}
