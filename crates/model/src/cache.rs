@@ -56,6 +56,8 @@ pub struct ModelCache {
     claim_problems: BTreeMap<ServicePortName, Vec<Problem>>,
     claims: ClaimIndex,
     dirty: BTreeSet<Key>,
+    /// Dirty Services a [`ModelCache::rebuild_ahead`] left for later: they had no slice yet.
+    waiting: BTreeSet<Key>,
     facts_dirty: bool,
     service_cidr_objects: BTreeMap<String, Vec<crate::Cidr>>,
 }
@@ -105,6 +107,7 @@ impl ModelCache {
             claim_problems: BTreeMap::new(),
             claims: ClaimIndex::default(),
             dirty: BTreeSet::new(),
+            waiting: BTreeSet::new(),
             facts_dirty: true,
             service_cidr_objects: BTreeMap::new(),
         }
@@ -231,13 +234,25 @@ impl ModelCache {
         }
     }
 
-    /// Whether anything changed since the last rebuild.
+    /// Whether anything changed since the last rebuild (a [`ModelCache::rebuild_ahead`]
+    /// leaves Services without slices for the next [`ModelCache::rebuild`]).
     pub fn is_dirty(&self) -> bool {
-        self.facts_dirty || !self.dirty.is_empty()
+        self.facts_dirty || !self.dirty.is_empty() || !self.waiting.is_empty()
     }
 
     /// Rebuilds what changed.
     pub fn rebuild(&mut self) -> Rebuilt {
+        self.rebuild_with(false)
+    }
+
+    /// Rebuilds what changed, but Services that have no EndpointSlice yet: while the lists
+    /// arrive, a Service built before its slices is built again when they come. They stay
+    /// dirty for a later rebuild.
+    pub fn rebuild_ahead(&mut self) -> Rebuilt {
+        self.rebuild_with(true)
+    }
+
+    fn rebuild_with(&mut self, postpone_sliceless: bool) -> Rebuilt {
         let mut out = Rebuilt::default();
         if self.facts_dirty {
             self.facts_dirty = false;
@@ -267,7 +282,20 @@ impl ModelCache {
         // Ports whose ownership of an address may have changed, or that are gone.
         let mut affected: BTreeSet<ServicePortName> = BTreeSet::new();
         let mut fresh: Vec<ServicePort> = Vec::new();
+        if !postpone_sliceless {
+            self.dirty.append(&mut self.waiting);
+        }
         for k in std::mem::take(&mut self.dirty) {
+            if postpone_sliceless
+                && self
+                    .entries
+                    .get(&k)
+                    .is_some_and(|e| e.service.is_some() && e.slices.is_empty() && e.claims.is_empty())
+            {
+                self.waiting.insert(k);
+                continue;
+            }
+            self.waiting.remove(&k);
             self.problems.remove(&k);
             let Some(entry) = self.entries.get_mut(&k) else { continue };
             for old in std::mem::take(&mut entry.claims).into_vec() {

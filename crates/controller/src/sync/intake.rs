@@ -30,12 +30,13 @@ impl<K: Kernel> SyncLoop<K> {
     /// the queue runs dry) instead of all at once when the last list is complete: the sync
     /// thread would otherwise wait for the API server, then build 100k Services while the
     /// watchers' thread waits for it. What these rebuilds report is not needed: the first
-    /// sync is a full one, and renders the whole model.
+    /// sync is a full one, and renders the whole model. A Service whose slices have not come
+    /// yet is left for later (built now, it would be built again when they come).
     pub(super) fn build_ahead(&mut self) {
         if self.table.is_some() || self.all_listed() || !self.listed.contains(&Kind::Node) || !self.cache.is_dirty() {
             return;
         }
-        let rebuilt = self.cache.rebuild();
+        let rebuilt = self.cache.rebuild_ahead();
         if rebuilt.facts_changed {
             self.report_families_without_nodeports();
         }
