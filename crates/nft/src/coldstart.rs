@@ -14,14 +14,42 @@
 //! (its diff against what it reads is again a plan for a dormant table). A live table is never
 //! split: there, each transaction would be seen.
 
-use crate::ruleset::Ruleset;
+use crate::ruleset::{DataSpec, Ruleset, SetDecl};
 use crate::transaction::{ElementList, Op, Transaction};
 use std::collections::BTreeSet;
 
-/// Objects per transaction of a split cold start. The kernel commits about a million elements
-/// a second on the machine of docs/benchmarks.md; 50,000 keep each transaction well under
-/// 250 ms on a loaded node, and cost a few milliseconds each in per-batch overhead.
+/// Objects per transaction of a split cold start, weighed by their cost in the kernel (see
+/// [`split`]). The kernel commits about 1.2 million plain elements a second on the machine of
+/// docs/benchmarks.md: 50,000 are about 40 ms, leaving room for a loaded node under 250 ms,
+/// and cost a few milliseconds each in per-batch overhead.
 pub const MAX_OBJECTS: usize = 50_000;
+
+/// Slots of a set's `size` that cost the kernel about as much as one element: creating a set
+/// allocates and zeroes a hash table for its whole size. On the machine of docs/benchmarks.md a
+/// set sized 2,097,152 (the endpoint map at 100k x 10) took 80 ms to create, what 100,000
+/// elements take; in the first part with the elements that fit, it made that part the longest
+/// (150 ms against 40 ms for the others).
+pub const SIZE_PER_OBJECT: u32 = 20;
+
+/// What an element of a verdict map costs the kernel, in elements of other sets: each one's
+/// jump or goto is checked against the chains it reaches (2.9 µs an element against 0.84 µs
+/// measured at 100k x 10, where a part of 40,000 `service-ips` elements took 114 ms).
+pub const VERDICT_ELEMENT_COST: usize = 3;
+
+fn element_cost(decl: &SetDecl) -> usize {
+    match decl.data {
+        Some(DataSpec::Verdict) => VERDICT_ELEMENT_COST,
+        _ => 1,
+    }
+}
+
+/// What an operation costs in the kernel, in objects: a set's creation counts its size.
+fn cost(op: &Op) -> usize {
+    match op {
+        Op::AddSet(decl) => decl.size.map_or(1, |size| (size / SIZE_PER_OBJECT).max(1) as usize),
+        op => op.objects(),
+    }
+}
 
 /// Whether no packet can see `current` (the table as the kernel holds it, `None`: absent): no
 /// rule in any base chain, neither in a chain the kernel holds as a base chain nor in one
@@ -36,8 +64,11 @@ pub fn dormant(current: Option<&Ruleset>, desired: &Ruleset) -> bool {
 }
 
 /// `tx`, a plan that makes a [`dormant`] table `desired`, as transactions of at most
-/// `max_objects` objects each in the plan's order, followed by one that adds the rules of
-/// `desired`'s base chains (the switch). A plan of at most `max_objects` objects stays whole.
+/// `max_objects` objects each in the plan's order (weighed by what they cost the kernel: a set's
+/// creation by its size, see [`SIZE_PER_OBJECT`], so that a large one gets a transaction of
+/// its own; a verdict map's elements by [`VERDICT_ELEMENT_COST`]), followed by one that adds
+/// the rules of `desired`'s base chains (the switch). A plan of at most `max_objects` objects
+/// stays whole.
 pub fn split(tx: Transaction, desired: &Ruleset, max_objects: usize) -> Vec<Transaction> {
     let max_objects = max_objects.max(1);
     if tx.object_count() <= max_objects {
@@ -50,26 +81,28 @@ pub fn split(tx: Transaction, desired: &Ruleset, max_objects: usize) -> Vec<Tran
         match op {
             Op::AddRule { ref chain, .. } if base.contains(chain.as_str()) => switch.ops.push(op),
             Op::AddElements { set, decl, elements } => {
-                let total = elements.len();
+                let (total, each) = (elements.len(), element_cost(&decl));
                 let mut from = 0;
                 while from < total {
-                    let n = batches.room().min(total - from);
+                    let n = (batches.room() / each).max(1).min(total - from);
                     let part = part_of(&elements, from, n);
-                    batches.push(Op::AddElements { set: set.clone(), decl: decl.clone(), elements: part }, n);
+                    batches.push(Op::AddElements { set: set.clone(), decl: decl.clone(), elements: part }, n * each);
                     from += n;
                 }
             }
             Op::DeleteElements { set, decl, keys } => {
+                let each = element_cost(&decl);
                 let mut rest = keys.as_slice();
                 while !rest.is_empty() {
-                    let (part, tail) = rest.split_at(batches.room().min(rest.len()));
+                    let (part, tail) = rest.split_at((batches.room() / each).max(1).min(rest.len()));
                     let n = part.len();
-                    batches.push(Op::DeleteElements { set: set.clone(), decl: decl.clone(), keys: part.to_vec() }, n);
+                    let op = Op::DeleteElements { set: set.clone(), decl: decl.clone(), keys: part.to_vec() };
+                    batches.push(op, n * each);
                     rest = tail;
                 }
             }
             op => {
-                let n = op.objects();
+                let n = cost(&op);
                 batches.push(op, n);
             }
         }

@@ -193,6 +193,15 @@ impl<K: Kernel> SyncLoop<K> {
         for (i, tx) in parts.iter().enumerate() {
             let stats = self.commit_planned(tx, read_at)?;
             report.committed(&stats);
+            if parts.len() > 1 {
+                tracing::debug!(
+                    part = i + 1,
+                    of = parts.len(),
+                    objects = tx.object_count(),
+                    kernel_ms = stats.kernel_us as f64 / 1000.0,
+                    "cold start part committed"
+                );
+            }
             if i + 1 < parts.len() {
                 read_at = Some(self.nl.generation()?);
             }

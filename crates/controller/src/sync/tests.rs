@@ -363,14 +363,13 @@ fn split_cold_start() -> (MemoryKernel, Running, Vec<Service>, Vec<EndpointSlice
 fn a_cold_start_is_committed_in_bounded_transactions_and_switched_on_last() {
     let (kernel, r, services, slices) = split_cold_start();
     // Refuse the last transaction (the switch), to see what the ones before it left.
-    let objects = verdict_nft::diff(None, &rendered(&services, &slices)).transaction.object_count();
-    let parts = objects.div_ceil(300) + 1;
+    let want = rendered(&services, &slices);
+    let parts = verdict_nft::coldstart::split(verdict_nft::diff(None, &want).transaction, &want, 300).len();
     kernel.refuse_after(parts - 1, nix::errno::Errno::EIO);
     r.list(&services, &slices);
     let failed = r.next();
     assert!(failed.error.is_some(), "{failed:?}");
     let left = kernel.table(TABLE).expect("the parts before the switch were committed");
-    let want = rendered(&services, &slices);
     assert!(verdict_nft::coldstart::dormant(Some(&left), &want), "no base chain has a rule before the switch");
     assert!(left.sets.values().map(|s| s.elements.len()).sum::<usize>() > 0);
     let retried = r.next();
