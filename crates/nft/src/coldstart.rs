@@ -84,7 +84,7 @@ pub fn split(tx: Transaction, desired: &Ruleset, max_objects: usize) -> Vec<Tran
                 let (total, each) = (elements.len(), element_cost(&decl));
                 let mut from = 0;
                 while from < total {
-                    let n = (batches.room() / each).max(1).min(total - from);
+                    let n = (batches.room_for(each) / each).min(total - from);
                     let part = part_of(&elements, from, n);
                     batches.push(Op::AddElements { set: set.clone(), decl: decl.clone(), elements: part }, n * each);
                     from += n;
@@ -94,7 +94,7 @@ pub fn split(tx: Transaction, desired: &Ruleset, max_objects: usize) -> Vec<Tran
                 let each = element_cost(&decl);
                 let mut rest = keys.as_slice();
                 while !rest.is_empty() {
-                    let (part, tail) = rest.split_at((batches.room() / each).max(1).min(rest.len()));
+                    let (part, tail) = rest.split_at((batches.room_for(each) / each).min(rest.len()));
                     let n = part.len();
                     let op = Op::DeleteElements { set: set.clone(), decl: decl.clone(), keys: part.to_vec() };
                     batches.push(op, n * each);
@@ -124,12 +124,13 @@ struct Batches {
 }
 
 impl Batches {
-    /// Objects the open transaction still takes (a new one is opened when it is full).
-    fn room(&mut self) -> usize {
-        if self.filled >= self.max {
+    /// Objects the open transaction still takes, at least `each` (a new one is opened when it
+    /// has less room; one larger than `max` gets a transaction of its own).
+    fn room_for(&mut self, each: usize) -> usize {
+        if self.filled > 0 && self.filled + each > self.max {
             self.close();
         }
-        self.max - self.filled
+        (self.max - self.filled).max(each)
     }
 
     /// Adds `op` (of `n` objects) to the open transaction, or to a new one if it does not fit.
