@@ -102,6 +102,18 @@ fn json_objects_decode_the_same_in_every_chunking_whatever_their_strings_hold() 
 }
 
 #[test]
+fn a_protobuf_list_and_a_json_list_of_upstreams_object_make_the_same_records() {
+    let object: serde_json::Value = serde_json::from_slice(SERVICE_JSON).unwrap();
+    let json = json!({"kind": "ServiceList", "apiVersion": "v1",
+        "metadata": {"resourceVersion": "4242", "continue": "more"}, "items": [object, object, object]});
+    let (from_json, json_end) = read(Encoding::Json, json.to_string().as_bytes(), 1 << 20).unwrap();
+    let body = protobuf_list(3, "ServiceList");
+    let (from_pb, pb_end) = read(Encoding::Protobuf, &body, body.len()).unwrap();
+    assert_eq!(records(&from_pb), records(&from_json));
+    assert_eq!(pb_end, json_end);
+}
+
+#[test]
 fn lists_without_objects_and_without_metadata_are_lists() {
     for body in [r#"{"kind":"ServiceList","items":null}"#, r#"{"items":[]}"#, r#" { } "#] {
         let (items, end) = read(Encoding::Json, body.as_bytes(), 1).unwrap();

@@ -173,32 +173,6 @@ fn a_json_watch_stream_decodes_the_same() {
 }
 
 #[test]
-fn a_protobuf_list_and_a_json_list_make_the_same_page() {
-    // The list's items are the objects' own bytes (no envelope), as upstream's List encodes.
-    let inner = proto::unwrap_envelope(SERVICE_PB).unwrap().1;
-    let list = proto::List {
-        metadata: Some(proto::ListMeta {
-            resource_version: Some("77".into()),
-            continue_: Some("next".into()),
-            remaining_item_count: None,
-        }),
-        items: vec![inner.clone(), inner],
-    };
-    let pb = wire::page::<WatchedService>(Encoding::Protobuf, &envelope("v1", "ServiceList", &list)).unwrap();
-    let object: serde_json::Value = serde_json::from_slice(SERVICE_JSON).unwrap();
-    let json = serde_json::json!({"kind": "ServiceList", "apiVersion": "v1",
-        "metadata": {"resourceVersion": "77", "continue": "next"}, "items": [object, object]});
-    let js = wire::page::<WatchedService>(Encoding::Json, json.to_string().as_bytes()).unwrap();
-    assert_eq!((pb.resource_version.as_str(), pb.continue_token.as_deref()), ("77", Some("next")));
-    assert_eq!((js.resource_version.as_str(), js.continue_token.as_deref()), ("77", Some("next")));
-    let records = |p: &wire::Page<WatchedService>| p.items.iter().map(|s| s.record.clone()).collect::<Vec<_>>();
-    assert_eq!(records(&pb), records(&js));
-    assert_eq!(pb.items.len(), 2);
-    // A list of another kind is refused.
-    assert!(wire::page::<WatchedService>(Encoding::Protobuf, &envelope("v1", "NodeList", &list)).is_err());
-}
-
-#[test]
 fn statuses_in_either_encoding() {
     let pb = proto::Status { message: Some("m".into()), reason: Some("Invalid".into()), code: Some(422) };
     let s = wire::status(Encoding::Protobuf, &envelope("v1", "Status", &pb), 500);

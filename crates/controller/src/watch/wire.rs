@@ -10,7 +10,6 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
-use super::list_stream::ListStream;
 use super::proto::{self, ProtoError};
 
 /// The longest watch event (line or frame), as client-go's streaming decoder: 16 MiB.
@@ -75,25 +74,6 @@ pub trait Decoded: Sized + DeserializeOwned {
     fn from_proto(bytes: &[u8]) -> Result<Self, WireError> {
         Ok(Self::Proto::decode(bytes)?.into())
     }
-}
-
-/// One page of a list.
-#[derive(Debug)]
-pub struct Page<K> {
-    /// The objects.
-    pub items: Vec<K>,
-    /// The list's resourceVersion.
-    pub resource_version: String,
-    /// The token of the next page, if the server paged.
-    pub continue_token: Option<String>,
-}
-
-/// A list response read whole (see [`ListStream`] for one read as it arrives).
-pub fn page<K: Decoded>(encoding: Encoding, body: &[u8]) -> Result<Page<K>, WireError> {
-    let mut list = ListStream::new(encoding);
-    let items = list.push(body)?;
-    let end = list.finish()?;
-    Ok(Page { items, resource_version: end.resource_version, continue_token: end.continue_token })
 }
 
 /// One watch event.
