@@ -59,14 +59,7 @@ fn host() -> Host {
 
 fn to(rs: &Ruleset, dst: &str) -> Summary {
     let src = if dst.contains(':') { "2001:db8:50::100" } else { "203.0.113.7" };
-    let packet = Packet {
-        src: src.parse().unwrap(),
-        dst: dst.parse().unwrap(),
-        protocol: Protocol::Tcp,
-        dport: 30080,
-        in_interface: None,
-    };
-    explain(rs, &packet, &host()).summary()
+    from(rs, src, dst).summary()
 }
 
 fn dnat_to(ep: &str) -> Summary {
