@@ -90,9 +90,9 @@ fn clusterip_udp_reaches_every_endpoint() {
         &[slice_of(&c, "dns", "UDP", &["pod-a", "pod-b", "pod-c"], false)],
     );
     let addr: SocketAddr = "172.30.0.53:53".parse().unwrap();
-    let outcomes: Vec<Outcome> = c.pod("client").ns.run(|| (0..40).map(|_| probe::udp(addr, T)).collect());
+    let outcomes: Vec<Outcome> = c.pod("client").ns.run(|| (0..60).map(|_| probe::udp(addr, T)).collect());
     let counts = count(&outcomes);
-    assert_eq!(counts.keys().collect::<Vec<_>>(), ["pod-a", "pod-b", "pod-c"], "40 queries: {counts:?}");
+    assert_eq!(counts.keys().collect::<Vec<_>>(), ["pod-a", "pod-b", "pod-c"], "60 queries: {counts:?}");
 }
 
 #[test]
@@ -109,9 +109,9 @@ fn clusterip_sctp() {
         &[slice_of(&c, "sig", "SCTP", &["pod-a", "pod-b", "pod-c"], false)],
     );
     let addr: SocketAddr = "172.30.0.70:7000".parse().unwrap();
-    let outcomes: Vec<Outcome> = c.pod("client").ns.run(|| (0..30).map(|_| probe::sctp(addr, T)).collect());
+    let outcomes: Vec<Outcome> = c.pod("client").ns.run(|| (0..60).map(|_| probe::sctp(addr, T)).collect());
     let counts = count(&outcomes);
-    assert_eq!(counts.keys().collect::<Vec<_>>(), ["pod-a", "pod-b", "pod-c"], "30 associations: {counts:?}");
+    assert_eq!(counts.keys().collect::<Vec<_>>(), ["pod-a", "pod-b", "pod-c"], "60 associations: {counts:?}");
 }
 
 #[test]
