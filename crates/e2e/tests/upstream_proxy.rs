@@ -86,11 +86,16 @@ fn set(pods: &[&str]) -> BTreeSet<String> {
     pods.iter().map(|p| p.to_string()).collect()
 }
 
-/// What the node's kernel holds, with counters, for a failure message.
-fn node_dump(c: &Cluster) -> String {
+/// What the node's kernel holds for `mode`, with counters, for a failure message.
+fn node_dump(c: &Cluster, mode: Mode) -> String {
     let node = &c.nodes[0].ns;
+    let rules: &[&str] = match mode {
+        Mode::IptablesLegacy => &["iptables-legacy-save", "-c"],
+        Mode::Ipvs => &["ipvsadm", "-Ln", "--stats"],
+        Mode::IptablesNft | Mode::Nftables => &["nft", "list", "ruleset"],
+    };
     let mut out = String::new();
-    for cmd in [&["nft", "list", "ruleset"][..], &["conntrack", "-L"][..]] {
+    for cmd in [rules, &["conntrack", "-L"][..]] {
         let text = node.check(cmd).unwrap_or_else(|e| format!("{e:#}"));
         out.push_str(&format!("--- {}\n{text}\n", cmd.join(" ")));
     }
@@ -103,12 +108,12 @@ fn check_traffic(c: &Cluster, mode: Mode) {
     let node_ip = c.nodes[0].ipv4.to_string();
     let what = mode.name();
     let web = answered(client, addr(WEB, 80), &["pod-a", "pod-c"], false, false, what);
-    assert_eq!(web, set(&["pod-a", "pod-c"]), "{what}: ClusterIP TCP\n{}", node_dump(c));
+    assert_eq!(web, set(&["pod-a", "pod-c"]), "{what}: ClusterIP TCP\n{}", node_dump(c, mode));
     let dns = answered(client, addr(DNS, 53), &["pod-b"], true, false, what);
     assert_eq!(dns, set(&["pod-b"]), "{what}: ClusterIP UDP");
     let ext = &c.external;
     let web = answered(ext, addr(&node_ip, 30080), &["pod-a", "pod-c"], false, true, what);
-    assert_eq!(web, set(&["pod-a", "pod-c"]), "{what}: NodePort TCP from outside\n{}", node_dump(c));
+    assert_eq!(web, set(&["pod-a", "pod-c"]), "{what}: NodePort TCP from outside\n{}", node_dump(c, mode));
     let dns = answered(ext, addr(&node_ip, 30053), &["pod-b"], true, true, what);
     assert_eq!(dns, set(&["pod-b"]), "{what}: NodePort UDP");
     if mode != Mode::Ipvs {
@@ -117,7 +122,7 @@ fn check_traffic(c: &Cluster, mode: Mode) {
         let got = ext.run(|| probe::tcp(addr(&node_ip, 30090), T));
         assert_eq!(got, Outcome::Refused, "{what}: a NodePort without endpoints is rejected");
         let v6 = answered(client, addr(WEB_V6, 80), &["pod-a", "pod-c"], false, false, what);
-        assert_eq!(v6, set(&["pod-a", "pod-c"]), "{what}: IPv6 ClusterIP\n{}", node_dump(c));
+        assert_eq!(v6, set(&["pod-a", "pod-c"]), "{what}: IPv6 ClusterIP\n{}", node_dump(c, mode));
     }
 }
 
