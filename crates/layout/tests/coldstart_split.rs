@@ -50,6 +50,36 @@ fn a_cold_start_is_split_into_bounded_transactions_and_the_switch_comes_last() {
 }
 
 #[test]
+fn a_split_cold_start_binds_its_maps_before_it_fills_them() {
+    let want = desired(400);
+    let whole = diff(None, &want).transaction;
+    let parts = split(whole.clone(), &want, 1000);
+    let ops: Vec<&Op> = parts.iter().flat_map(|t| &t.ops).collect();
+    let first_element = ops.iter().position(|op| matches!(op, Op::AddElements { .. })).expect("elements");
+    let regular_rule = |op: &&Op| matches!(op, Op::AddRule { chain, .. } if want.chains[chain].base.is_none());
+    let rules: Vec<usize> = ops.iter().enumerate().filter(|(_, op)| regular_rule(op)).map(|(i, _)| i).collect();
+    assert!(!rules.is_empty());
+    assert!(rules.iter().all(|i| *i < first_element), "a regular chain's rule after the first element");
+    // Nothing but the order moved: each rule once, after every chain and set it refers to.
+    let count = |ops: &mut dyn Iterator<Item = &Op>| ops.filter(|op| regular_rule(op)).count();
+    assert_eq!(count(&mut ops.iter().copied()), count(&mut whole.ops.iter()));
+    let binds_service_ips =
+        |op: &&Op| matches!(op, Op::AddRule { rule, .. } if rule.set_refs().any(|s| s == "service-ips"));
+    let bound = ops.iter().position(binds_service_ips).expect("a rule binds service-ips");
+    let created = ops.iter().position(|op| matches!(op, Op::AddSet(d) if d.name == "service-ips")).expect("created");
+    assert!(created < bound && bound < first_element);
+    for (i, op) in ops.iter().enumerate().filter(|(_, op)| regular_rule(op)) {
+        let Op::AddRule { chain, rule } = op else { unreachable!() };
+        let made = |name: &str| ops[..i].iter().any(|o| matches!(o, Op::AddChain { name: n, .. } if n == name));
+        assert!(made(chain), "rule {i} in {chain} before its chain");
+        for set in rule.set_refs() {
+            let exists = ops[..i].iter().any(|o| matches!(o, Op::AddSet(d) if d.name == set));
+            assert!(exists, "rule {i} refers to {set} before it exists");
+        }
+    }
+}
+
+#[test]
 fn a_small_plan_stays_one_transaction() {
     let want = desired(5);
     let whole = diff(None, &want).transaction;
