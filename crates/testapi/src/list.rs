@@ -53,7 +53,8 @@ pub(crate) struct ListPage {
 
 impl ListPage {
     /// The list as JSON: the objects' JSON as made when they were written (the watch cache's
-    /// way), not serialized again per list.
+    /// way), not serialized again per list; as the API server writes them, the items have no
+    /// `kind` and `apiVersion`.
     pub fn json(&self) -> Vec<u8> {
         let head = json!({"apiVersion": self.api_version, "kind": self.kind, "metadata": self.metadata});
         let mut out = serde_json::to_vec(&head).expect("JSON values serialize");
@@ -64,7 +65,7 @@ impl ListPage {
                 out.push(b',');
             }
             match self.output {
-                Output::Full => out.extend_from_slice(&obj.json),
+                Output::Full => out.extend_from_slice(&obj.item_json),
                 Output::Metadata => serde_json::to_writer(&mut out, &self.output.object(obj.value.clone()))
                     .expect("JSON values serialize"),
             }

@@ -44,7 +44,9 @@ pub(crate) enum ChangeKind {
 #[derive(Debug)]
 pub(crate) struct Obj {
     pub value: Value,
-    pub json: Bytes,
+    /// Its JSON as an item of a list: without `kind` and `apiVersion`, which the API server
+    /// writes only on the list itself (kubernetes#3030); a watch event adds them in front.
+    pub item_json: Bytes,
     /// Its protobuf encoding (without its envelope) for the kinds served in protobuf, made
     /// when it was written, as the JSON is.
     pub protobuf: Option<Bytes>,
@@ -52,9 +54,22 @@ pub(crate) struct Obj {
 
 impl Obj {
     pub(crate) fn new(value: Value) -> Arc<Obj> {
-        let json = Bytes::from(serde_json::to_vec(&value).expect("JSON values serialize"));
+        let item_json = match value.as_object() {
+            Some(fields) => serde_json::to_vec(&WithoutTypeMeta(fields)),
+            None => serde_json::to_vec(&value),
+        };
+        let item_json = Bytes::from(item_json.expect("JSON values serialize"));
         let protobuf = crate::protobuf::raw(&value).map(Bytes::from);
-        Arc::new(Obj { value, json, protobuf })
+        Arc::new(Obj { value, item_json, protobuf })
+    }
+}
+
+/// An object's fields but `kind` and `apiVersion`, serialized without copying them.
+struct WithoutTypeMeta<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for WithoutTypeMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().filter(|(k, _)| !matches!(k.as_str(), "kind" | "apiVersion")))
     }
 }
 

@@ -111,6 +111,7 @@ pub(crate) fn watch(
         finish_after_pending: ends_with_error,
         deadline: now + request.timeout,
         bookmarks: request.bookmarks,
+        type_meta: type_meta_head(ty),
         ty: ty.clone(),
         output,
         protobuf,
@@ -141,12 +142,22 @@ struct Session {
     bookmarks: bool,
     next_bookmark: Instant,
     ty: ResourceType,
+    /// `{"apiVersion":"…","kind":"…"` for the objects of JSON events.
+    type_meta: Vec<u8>,
     output: Output,
     /// Frames of protobuf events instead of JSON lines.
     protobuf: bool,
     done: bool,
     /// With a stalled streaming list: how many more initial events are sent before the stall.
     stall_in: Option<usize>,
+}
+
+/// An object's JSON opening with the type's `apiVersion` and `kind`, not closed.
+fn type_meta_head(ty: &ResourceType) -> Vec<u8> {
+    let mut head =
+        serde_json::to_vec(&json!({"apiVersion": ty.api_version(), "kind": ty.kind})).expect("JSON serializes");
+    head.pop(); // the closing brace
+    head
 }
 
 impl Session {
@@ -219,11 +230,19 @@ impl Session {
         }
         let event = match item {
             WatchItem::Event(kind, object) if self.output == Output::Full => {
-                // The object's JSON was made when it was written (the watch cache's way).
+                // The object's JSON was made when it was written (the watch cache's way); an
+                // event's object, unlike a list's item, starts with its kind and apiVersion.
                 out.extend_from_slice(b"{\"type\":\"");
                 out.extend_from_slice(kind.as_bytes());
                 out.extend_from_slice(b"\",\"object\":");
-                out.extend_from_slice(&object.json);
+                out.extend_from_slice(&self.type_meta);
+                match object.item_json.strip_prefix(b"{") {
+                    Some(rest) if rest != b"}" => {
+                        out.push(b',');
+                        out.extend_from_slice(rest);
+                    }
+                    _ => out.push(b'}'),
+                }
                 out.extend_from_slice(b"}\n");
                 return;
             }

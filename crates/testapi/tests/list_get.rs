@@ -173,3 +173,38 @@ async fn shutdown_ends_watches_and_refuses_connections() {
     }
     assert!(within("list", api.list(&ListParams::default())).await.is_err());
 }
+
+/// As the API server writes them (kubernetes#3030): a JSON list's items have no `kind` and
+/// `apiVersion`, only the list has; a watch event's object has both, and otherwise the same.
+#[tokio::test]
+async fn list_items_go_without_their_type_and_watch_objects_with_it() {
+    let server = TestApiServer::start().await.unwrap();
+    server.apply(service("default", "a", &[]));
+    server.apply(endpoint_slice("default", "a-x1", "a", "10.0.0.1"));
+    let client = server.client();
+    let get = |uri: String| http::Request::get(uri).body(Vec::new()).unwrap();
+    for (path, kind, api_version) in [
+        ("/api/v1/services", "Service", "v1"),
+        ("/apis/discovery.k8s.io/v1/endpointslices", "EndpointSlice", "discovery.k8s.io/v1"),
+    ] {
+        let list = within("list", client.request_text(get(path.to_string()))).await.unwrap();
+        let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+        assert_eq!(
+            (list["kind"].as_str(), list["apiVersion"].as_str()),
+            (Some(&*format!("{kind}List")), Some(api_version))
+        );
+        let item = &list["items"][0];
+        assert!(item.get("kind").is_none() && item.get("apiVersion").is_none(), "{item}");
+        assert!(item["metadata"]["name"].is_string(), "{item}");
+
+        let watch = format!("{path}?watch=true&resourceVersion=0&timeoutSeconds=1");
+        let events = within("watch", client.request_text(get(watch))).await.unwrap();
+        let event: serde_json::Value = serde_json::from_str(events.lines().next().unwrap()).unwrap();
+        assert_eq!(event["type"], "ADDED");
+        let mut object = event["object"].clone();
+        let fields = object.as_object_mut().unwrap();
+        assert_eq!(fields.remove("kind").as_ref().and_then(|k| k.as_str()), Some(kind));
+        assert_eq!(fields.remove("apiVersion").as_ref().and_then(|v| v.as_str()), Some(api_version));
+        assert_eq!(&object, item);
+    }
+}
