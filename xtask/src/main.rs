@@ -6,7 +6,7 @@
 //! cargo xtask demo    a two-node namespace cluster with verdict agents: a Service created, scaled, deleted
 //! cargo xtask bench   verdict's netlink programming vs `nft -f`, into target/bench/report.md
 //! cargo xtask bench --e2e   `verdict run` against the test API server: start, restart, RSS
-//! cargo xtask bench --e2e --api   cold starts: streaming vs resourceVersion 0 lists, JSON vs protobuf
+//! cargo xtask bench --e2e --api [--baseline PATH]   cold starts: streaming vs resourceVersion 0 lists, JSON vs protobuf
 //! cargo xtask bench --counters   what --service-counters costs: commit, connect latency, connections/s
 //! cargo xtask bench --dataplane   what a packet pays: no proxy, static DNAT, verdict, iptables
 //! cargo xtask e2e     a two-node namespace cluster with verdict daemons and the test API server

@@ -5,12 +5,13 @@
 //!
 //! ```text
 //! verdict-bench-e2e --verdict PATH [--baseline PATH] [--points 1000x10,10000x2,...] [--settle S] [--out DIR]
-//! verdict-bench-e2e --verdict PATH --api [--points 10000x10,100000x10] [--settle S] [--out DIR]
+//! verdict-bench-e2e --verdict PATH --api [--baseline PATH] [--points 10000x10,100000x10] [--settle S] [--out DIR]
 //! ```
 //!
 //! `--api`: instead, cold starts side by side with streaming lists and with lists at
 //! resourceVersion "0" (the API server refusing streaming lists), each in JSON and in protobuf:
-//! time to programmed, API bytes and requests per start.
+//! time to programmed, the cold start's transactions and the longest, API bytes and requests
+//! per start; with `--baseline`, the baseline's four too, against the same data.
 
 use anyhow::{Context, Result, bail};
 use std::fmt::Write as _;
@@ -142,15 +143,17 @@ fn write_plots(args: &Args, ours: &[Outcome], base: &[Outcome]) -> Result<()> {
     Ok(())
 }
 
-const API_HEADER: &str = "| Services x endpoints | lists | encoding | start -> programmed s | vs streaming JSON | API MB sent | vs JSON | requests (lists+watches) | peak RSS MiB |\n|---|---|---|---:|---:|---:|---:|---:|---:|";
+const API_HEADER: &str = "| Services x endpoints | binary | lists | encoding | start -> programmed s | vs streaming JSON | cold start transactions | longest transaction ms | API MB sent | vs JSON | requests (lists+watches) | peak RSS MiB |\n|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|";
 
-fn api_row(point: Point, v: ApiVariant, s: &Start, reference: &Start, json: &Start) -> String {
+fn api_row(point: Point, who: &str, v: ApiVariant, s: &Start, reference: &Start, json: &Start) -> String {
     format!(
-        "| {point} | {} | {} | {:.2} | {:+.0}% | {:.1} | {:.0}% | {}+{} | {:.0} |",
+        "| {point} | {who} | {} | {} | {:.2} | {:+.0}% | {} | {} | {:.1} | {:.0}% | {}+{} | {:.0} |",
         if v.streaming { "streaming" } else { "rv=0 list" },
         if v.protobuf { "protobuf" } else { "JSON" },
         s.programmed_s,
         100.0 * (s.programmed_s / reference.programmed_s - 1.0),
+        s.transactions.map_or("1".to_string(), |(n, _)| n.to_string()),
+        s.transactions.map_or(format!("<= {:.0}", s.commit_ms), |(_, ms)| format!("{ms:.0}")),
         s.bytes as f64 / 1e6,
         100.0 * s.bytes as f64 / json.bytes as f64,
         s.lists,
@@ -159,20 +162,30 @@ fn api_row(point: Point, v: ApiVariant, s: &Start, reference: &Start, json: &Sta
     )
 }
 
-/// `--api`: the four ways to start, at each point, side by side.
+/// `--api`: the four ways to start, at each point, side by side (with `--baseline`, the
+/// baseline's four first, against the same server).
 fn api_report(args: &Args, workdir: &std::path::Path) -> Result<()> {
     println!("{API_HEADER}");
     let mut report = format!("{API_HEADER}\n");
+    let binaries: Vec<(&str, &PathBuf)> =
+        args.baseline.iter().map(|b| ("baseline", b)).chain([("verdict", &args.verdict)]).collect();
     for &point in &args.points {
-        let runs = measure_api(&args.verdict, workdir, point, &ApiVariant::ALL, args.settle)?;
-        let find = |streaming: bool, protobuf: bool| {
-            &runs.iter().find(|(v, _)| v.streaming == streaming && v.protobuf == protobuf).expect("every variant ran").1
-        };
-        let reference = find(true, false);
-        for (v, s) in &runs {
-            let line = api_row(point, *v, s, reference, find(v.streaming, false));
-            println!("{line}");
-            let _ = writeln!(report, "{line}");
+        for &(who, binary) in &binaries {
+            let runs = measure_api(binary, workdir, point, &ApiVariant::ALL, args.settle)
+                .with_context(|| format!("{who} at {point}"))?;
+            let find = |streaming: bool, protobuf: bool| {
+                &runs
+                    .iter()
+                    .find(|(v, _)| v.streaming == streaming && v.protobuf == protobuf)
+                    .expect("every variant ran")
+                    .1
+            };
+            let reference = find(true, false);
+            for (v, s) in &runs {
+                let line = api_row(point, who, *v, s, reference, find(v.streaming, false));
+                println!("{line}");
+                let _ = writeln!(report, "{line}");
+            }
         }
     }
     std::fs::write(args.out.join("e2e-api.md"), &report)?;
