@@ -211,7 +211,8 @@ fn bench_e2e(a: &cli::Bench) -> Result<()> {
         bench_args.push("--api".to_string());
     }
     run::program(&run::release_dir()?.join("verdict-bench-e2e"), &bench_args, &[])?;
-    println!("(e2e-report.md, e2e-time.svg, e2e-rss.svg: copy them into docs/ with the context of the run)");
+    let written = if a.api { "e2e-api.md" } else { "e2e-report.md, e2e-time.svg, e2e-rss.svg" };
+    println!("({written} in {out}: copy them into docs/ with the context of the run)");
     Ok(())
 }
 
